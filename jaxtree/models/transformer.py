@@ -1,0 +1,275 @@
+"""Flax Linen decoder-only transformer for the Llama, Qwen2 and Qwen3 families.
+
+Pre-norm blocks: RMSNorm -> grouped-query attention with RoPE -> residual -> RMSNorm -> SwiGLU ->
+residual, then a final RMSNorm and a (tied or separate) output projection. Family differences are
+flags of `ModelConfig`: q/k/v biases (Qwen2), q/k RMSNorm over head_dim before RoPE (Qwen3), explicit
+head_dim, tied embeddings.
+
+Parameters are a plain pytree (`model.apply({'params': params}, ...)`). Shapes use B batch rows,
+T new tokens, S cache capacity, D width, H query heads, K key/value heads, Dh head width, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.kv_cache import KVCache, write_chunk, write_keys
+
+_MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax instead of NaN
+
+
+def rope_inverse_frequencies(config: ModelConfig) -> np.ndarray:
+    """float32[Dh/2] inverse frequencies, computed in float32 exactly as transformers does."""
+    dim = config.head_dim
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    inv_freq = (np.float32(1.0) / (np.float32(config.rope_theta) ** exponents)).astype(np.float32)
+    params = dict(config.rope_scaling)
+    if config.rope_type == "linear":
+        inv_freq = (inv_freq / np.float32(params["factor"])).astype(np.float32)
+    elif config.rope_type == "llama3":
+        factor = np.float32(params["factor"])
+        low, high = np.float32(params["low_freq_factor"]), np.float32(params["high_freq_factor"])
+        old_len = np.float32(params["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = np.float32(2 * math.pi) / inv_freq
+        scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv_freq
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotates x: [B, T, N, Dh] by positions int32[B, T] (the rotate-half convention of HF)."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, Dh/2]
+    angles = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]  # [B, T, 1, Dh]
+    cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * scale, normalised in float32 and scaled in the input dtype (as in HF)."""
+
+    eps: float
+    dtype: jnp.dtype
+    param_dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return scale.astype(self.dtype) * normed.astype(self.dtype)
+
+
+def _dense(features: int, use_bias: bool, config: ModelConfig, name: str) -> nn.Dense:
+    return nn.Dense(features, use_bias=use_bias, dtype=config.compute_dtype,
+                    param_dtype=config.weight_dtype,
+                    kernel_init=nn.initializers.normal(0.02), name=name)
+
+
+def _norm(config: ModelConfig, name: str) -> RMSNorm:
+    return RMSNorm(config.rms_norm_eps, config.compute_dtype, config.weight_dtype, name=name)
+
+
+def _group_queries(q: jax.Array, kv_heads: int) -> jax.Array:
+    """[B, T, H, Dh] -> [B, K, G*T, Dh]: the queries sharing a key/value head as one matrix, so both
+    attention contractions are plain batched matmuls over (B, K) with the cache in its stored
+    layout (an einsum whose output interleaves T between B and K was ~9x slower on CPU)."""
+    batch, chunk, heads, head_dim = q.shape
+    groups = heads // kv_heads
+    q = q.reshape(batch, chunk, kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
+    return q.reshape(batch, kv_heads, groups * chunk, head_dim)
+
+
+def _ungroup(out: jax.Array, chunk: int) -> jax.Array:
+    """[B, K, G*T, Dh] -> [B, T, K*G, Dh] (inverse of _group_queries)."""
+    batch, kv_heads, rows, head_dim = out.shape
+    groups = rows // chunk
+    out = out.reshape(batch, kv_heads, groups, chunk, head_dim).transpose(0, 3, 1, 2, 4)
+    return out.reshape(batch, chunk, kv_heads * groups, head_dim)
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query attention over a whole sequence.
+
+    Args:
+      q: [B, T, H, Dh] queries; k, v: [B, K, S, Dh] keys/values; mask: bool[B, T, S] (True = attend).
+
+    Returns:
+      [B, T, H, Dh].
+    """
+    batch, chunk, heads, head_dim = q.shape
+    kv_heads = k.shape[1]
+    qg = _group_queries(q, kv_heads)
+    scores = jnp.einsum("bkqd,bksd->bkqs", qg, k.astype(q.dtype),
+                        preferred_element_type=jnp.float32) / np.float32(math.sqrt(head_dim))
+    scores = scores.reshape(batch, kv_heads, heads // kv_heads, chunk, -1)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    probs = probs.reshape(batch, kv_heads, qg.shape[2], -1)
+    out = jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(q.dtype))
+    return _ungroup(out, chunk)
+
+
+def _attend_cached(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
+                   positions: jax.Array) -> jax.Array:
+    """Attention of a chunk of queries to a KV cache (the chunk's own keys already written).
+
+    Args:
+      q: [B, T, H, Dh] queries (already rotated).
+      k_cache, v_cache: [B, K, S, Dh].
+      positions: int32[B, T] position of each query; query (b, t) attends to keys 0..positions[b, t].
+
+    Returns:
+      [B, T, H, Dh].
+    """
+    batch, chunk, heads, head_dim = q.shape
+    kv_heads, capacity = v_cache.shape[1], v_cache.shape[2]
+    groups = heads // kv_heads
+    qg = _group_queries(q, kv_heads) * np.float32(1.0 / math.sqrt(head_dim))  # [B, K, Q, Dh]
+    query_pos = jnp.tile(positions, (1, groups))[:, None, :, None]  # [B, 1, Q, 1], Q order (g, t)
+    key_pos = jnp.arange(capacity, dtype=jnp.int32)
+    scores = jnp.einsum("bkqd,bkds->bkqs", qg, k_cache.astype(q.dtype),
+                        preferred_element_type=jnp.float32)
+    scores = jnp.where(key_pos <= query_pos, scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkqs,bksd->bkqd", probs.astype(q.dtype), v_cache.astype(q.dtype),
+                     preferred_element_type=jnp.float32)
+    return _ungroup(out.astype(q.dtype), chunk)
+
+
+class Attention(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, positions, mask=None, cache_kv=None, offsets=None):
+        """x: [B, T, D]; positions: int32[B, T].
+
+        Without a cache, the chunk attends to itself under mask (bool[B, T, T]). With
+        cache_kv = (keys, values) of shape [B, K, S, Dh], the chunk is written at `offsets` (int32[B])
+        and attends causally to the cache.
+        Returns (output [B, T, D], updated (keys, values) or None).
+        """
+        cfg = self.config
+        batch, chunk, _ = x.shape
+        q = _dense(cfg.num_heads * cfg.head_dim, cfg.qkv_bias, cfg, "q_proj")(x)
+        k = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "k_proj")(x)
+        v = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "v_proj")(x)
+        q = q.reshape(batch, chunk, cfg.num_heads, cfg.head_dim)
+        k = k.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
+        v = v.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q = _norm(cfg, "q_norm")(q)
+            k = _norm(cfg, "k_norm")(k)
+        inv_freq = rope_inverse_frequencies(cfg)
+        q = apply_rope(q, positions, inv_freq)
+        k = apply_rope(k, positions, inv_freq)
+        if cache_kv is None:
+            out = _attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask)
+            new_cache_kv = None
+        else:
+            keys = write_keys(cache_kv[0], k, offsets)
+            values = write_chunk(cache_kv[1], v, offsets)
+            out = _attend_cached(q, keys, values, positions)
+            new_cache_kv = (keys, values)
+        out = out.reshape(batch, chunk, cfg.num_heads * cfg.head_dim)
+        return _dense(cfg.hidden_size, cfg.o_bias, cfg, "o_proj")(out), new_cache_kv
+
+
+class MLP(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        gate = _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "gate_proj")(x)
+        up = _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "up_proj")(x)
+        return _dense(cfg.hidden_size, cfg.mlp_bias, cfg, "down_proj")(nn.silu(gate) * up)
+
+
+class Block(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, positions, mask, cache_kv=None, offsets=None):
+        attn_out, new_cache_kv = Attention(self.config, name="attn")(
+            _norm(self.config, "input_norm")(x), positions, mask, cache_kv, offsets)
+        x = x + attn_out
+        x = x + MLP(self.config, name="mlp")(_norm(self.config, "post_attention_norm")(x))
+        return x, new_cache_kv
+
+
+class Transformer(nn.Module):
+    """The policy network. See `__call__` for the two calling modes."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
+                 chunk_lengths: jax.Array | None = None, last_only: bool = False):
+        """Runs the model on a chunk of tokens.
+
+        Args:
+          tokens: int32[B, T].
+          cache: optional KVCache with capacity S. Without it the chunk is a full sequence starting at
+            position 0 (causal attention within the chunk). With it, row b's tokens occupy positions
+            cache.lengths[b] + [0, T) and attend to everything before them in the cache.
+          chunk_lengths: int32[B], how many of the T tokens of each row are real (the rest is right
+            padding); defaults to T. Only used with a cache: the new lengths are
+            min(lengths + chunk_lengths, S).
+          last_only: return only the logits of each row's last real token, [B, V].
+
+        Returns:
+          (logits float32[B, T, V] or [B, V], new cache or None).
+        """
+        cfg = self.config
+        batch, chunk = tokens.shape
+        steps = jnp.arange(chunk, dtype=jnp.int32)
+        if chunk_lengths is None:
+            chunk_lengths = jnp.full((batch,), chunk, jnp.int32)
+        if cache is None:
+            positions = jnp.broadcast_to(steps, (batch, chunk))
+            mask = jnp.broadcast_to(steps[None, :, None] >= steps[None, None, :],
+                                    (batch, chunk, chunk))
+            offsets = None
+        else:
+            offsets = cache.lengths
+            positions = offsets[:, None] + steps[None, :]
+            mask = None  # causal over cache positions, applied block by block
+
+        embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
+                         param_dtype=cfg.weight_dtype,
+                         embedding_init=nn.initializers.normal(0.02), name="embed")
+        x = embed(tokens)
+        new_keys, new_values = [], []
+        for i in range(cfg.num_layers):
+            layer_kv = None if cache is None else (cache.keys[i], cache.values[i])
+            x, new_kv = Block(cfg, name=f"layers_{i}")(x, positions, mask, layer_kv, offsets)
+            if new_kv is not None:
+                new_keys.append(new_kv[0])
+                new_values.append(new_kv[1])
+        x = _norm(cfg, "final_norm")(x)
+        if last_only:
+            last = jnp.clip(chunk_lengths - 1, 0, chunk - 1)
+            x = jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]  # [B, D]
+        if cfg.tie_word_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = _dense(cfg.vocab_size, False, cfg, "lm_head")(x)
+        logits = logits.astype(jnp.float32)
+
+        new_cache = None
+        if cache is not None:
+            lengths = jnp.minimum(cache.lengths + chunk_lengths, cache.capacity)
+            new_cache = KVCache(tuple(new_keys), tuple(new_values), lengths)
+        return logits, new_cache

@@ -1,0 +1,12 @@
+"""Batched sampling with a KV cache (and, later, the LATR branching kernel)."""
+
+from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens, sampling_log_probs
+from jaxtree.sampling.sampler import (CACHE_FULL, EOS, FINISH_REASONS, MAX_TOKENS, STOP_SEQUENCE,
+                                      DecodeOutput, Sampler, SampleResult, bucket_batch,
+                                      bucket_length, decode, decode_jit, generate, generate_jit)
+
+__all__ = [
+    "CACHE_FULL", "EOS", "FINISH_REASONS", "MAX_TOKENS", "STOP_SEQUENCE", "DecodeOutput",
+    "SampleResult", "Sampler", "SamplingConfig", "bucket_batch", "bucket_length", "decode",
+    "decode_jit", "generate", "generate_jit", "sample_tokens", "sampling_log_probs",
+]

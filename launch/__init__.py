@@ -1,0 +1,1 @@
+"""Command-line jobs: `python -m launch.<job>`."""

@@ -1,0 +1,41 @@
+"""jaxtree: reinforcement learning of LLM agents with tree-structured rollouts, in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="jaxtree",
+    version="0.1.0",
+    description=(
+        "JAX/Flax reinforcement learning for LLM agents with tree-structured rollouts "
+        "(LATR, PATR, TSR, RTMC, VPR)."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["jaxtree", "jaxtree.*", "launch", "launch.*",
+                                    "environments", "environments.*"]),
+    install_requires=[
+        "jax>=0.8",
+        "flax>=0.10",
+        "optax",
+        "orbax-checkpoint",
+        "transformers>=4.51",
+        "tokenizers",
+        "safetensors",
+        "numpy",
+        "ml_dtypes",
+        "chex",
+        "absl-py",
+        "gymnasium",
+        "ml_collections",
+        "tqdm",
+    ],
+    extras_require={
+        # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the
+        # reference implementation in parity tests and the baseline in benchmarks.
+        "test": ["pytest", "hypothesis", "torch==2.13.0"],
+        "tb": ["tensorboard"],
+        "gpu": ["jax[cuda12]"],
+        "tpu": ["jax[tpu]"],
+    },
+)

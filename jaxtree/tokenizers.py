@@ -122,7 +122,8 @@ class HFTokenizer:
                                    self.eos_id)
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        ids = self.hf.encode(text, add_special_tokens=False)
+        # Plain text: a literal "<|im_end|>" in it is text, not the end-of-turn token.
+        ids = self.hf.encode(text, add_special_tokens=False, split_special_tokens=True)
         if add_bos and self.bos_id is not None:
             ids = [self.bos_id] + ids
         return list(ids)
@@ -137,7 +138,8 @@ class HFTokenizer:
         text = self.hf.apply_chat_template(list(messages), tokenize=False,
                                            add_generation_prompt=add_generation_prompt)
         # The rendered template already holds its special tokens (BOS included, where the template
-        # writes one); adding them again would duplicate them.
+        # writes one); adding them again would duplicate them. As in transformers, special-token
+        # strings are parsed from the rendered text, message contents included.
         return list(self.hf.encode(text, add_special_tokens=False))
 
     @property

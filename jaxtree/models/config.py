@@ -150,6 +150,8 @@ class ModelConfig:
           ValueError: naming the field, for an unsupported model_type, activation, RoPE type or
             attention layout (e.g. sliding-window layers).
         """
+        if not isinstance(hf, Mapping):
+            raise ValueError(f"config.json must be a JSON object, got {type(hf).__name__}")
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
@@ -168,9 +170,10 @@ class ModelConfig:
         if hf.get("pretraining_tp", 1) not in (1, None):
             raise ValueError("config.json pretraining_tp > 1 is not supported")
 
-        hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-        head_dim = hf.get("head_dim") or hidden // heads
-        kv_heads = hf.get("num_key_value_heads") or heads
+        hidden, heads = _positive_int(hf, "hidden_size"), _positive_int(hf, "num_attention_heads")
+        head_dim = _positive_int(hf, "head_dim") if hf.get("head_dim") is not None else hidden // heads
+        kv_heads = (_positive_int(hf, "num_key_value_heads")
+                    if hf.get("num_key_value_heads") is not None else heads)
         theta, rope_type, scaling = _read_rope(hf)
         attention_bias = bool(hf.get("attention_bias", False))
         if model_type == "qwen2":
@@ -180,13 +183,13 @@ class ModelConfig:
         eos = hf.get("eos_token_id")
         return cls(
             model_type=model_type,
-            vocab_size=int(hf["vocab_size"]),
+            vocab_size=_positive_int(hf, "vocab_size"),
             hidden_size=hidden,
-            intermediate_size=int(hf["intermediate_size"]),
-            num_layers=int(hf["num_hidden_layers"]),
+            intermediate_size=_positive_int(hf, "intermediate_size"),
+            num_layers=_positive_int(hf, "num_hidden_layers"),
             num_heads=heads,
-            num_kv_heads=int(kv_heads),
-            head_dim=int(head_dim),
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
             max_position_embeddings=int(hf.get("max_position_embeddings", 4096)),
             rope_theta=float(theta),
             rope_type=rope_type,
@@ -250,6 +253,15 @@ class ModelConfig:
         else:
             hf["use_sliding_window"] = False
         return hf
+
+
+def _positive_int(hf: Mapping[str, Any], name: str) -> int:
+    """hf[name] as a positive int; a KeyError names a missing field, a ValueError a bad value."""
+    value = hf[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or value <= 0:
+        raise ValueError(f"config.json {name}={value!r} must be a positive integer")
+    return int(value)
 
 
 def _read_rope(hf: Mapping[str, Any]) -> tuple[float, str, tuple[tuple[str, float], ...]]:

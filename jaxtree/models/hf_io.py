@@ -89,7 +89,14 @@ def _read_header(path: str) -> tuple[dict, int]:
             header = json.loads(f.read(header_len))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
     header.pop("__metadata__", None)
+    for name, entry in header.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("shape"), list)
+                and isinstance(entry.get("data_offsets"), list)
+                and len(entry["data_offsets"]) == 2):
+            raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor {name!r}")
     return header, 8 + header_len
 
 
@@ -116,7 +123,9 @@ def _checkpoint_files(directory: str) -> list[str]:
         try:
             with open(index_path) as f:
                 weight_map = json.load(f)["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not a JSON object")
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise CheckpointError(f"{index_path}: corrupt index file ({e!r})") from e
         files = sorted(set(weight_map.values()))
         for name in files:
@@ -132,8 +141,10 @@ def _checkpoint_files(directory: str) -> list[str]:
 
 def load_config(path: str, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
     """Reads `config.json` of a checkpoint directory into a ModelConfig."""
-    if not os.path.isdir(path):
+    if not os.path.exists(path):
         raise CheckpointError(f"checkpoint directory {path!r} does not exist")
+    if not os.path.isdir(path):
+        raise CheckpointError(f"checkpoint path {path!r} is not a directory")
     config_path = os.path.join(path, CONFIG_FILE)
     if not os.path.exists(config_path):
         raise CheckpointError(f"{path}: missing {CONFIG_FILE}")
@@ -146,6 +157,8 @@ def load_config(path: str, dtype: str = "float32", param_dtype: str | None = Non
         return ModelConfig.from_hf_dict(hf, dtype=dtype, param_dtype=param_dtype)
     except KeyError as e:
         raise CheckpointError(f"{config_path}: missing field {e.args[0]!r}") from e
+    except ValueError as e:
+        raise CheckpointError(f"{config_path}: {e}") from e
 
 
 def load_pretrained(path: str, dtype: str = "float32",

@@ -34,22 +34,25 @@ def test_full_forward_matches_transformers(family, tmp_path):
     np.testing.assert_allclose(ours, ref, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_ragged_prefill_then_decode_matches_transformers(family, tmp_path):
+@pytest.mark.parametrize("family,capacity,prompt_lengths,second_lengths", [
+    (family, 32, [5, 9, 2, 7], [3, 0, 4, 1]) for family in sorted(FAMILIES)] + [
+    # A capacity with several attention spans; rows cross the span boundaries at different steps.
+    ("qwen3", 512, [100, 130, 5, 1], [40, 0, 260, 2])])
+def test_ragged_prefill_then_decode_matches_transformers(family, capacity, prompt_lengths,
+                                                         second_lengths, tmp_path):
     """Rows of different lengths are prefilled in one padded chunk, extended by a second ragged chunk
     (one row appends nothing) and then decoded token by token; every logit must match the reference
     run on each row's own unpadded sequence."""
     model = random_hf_model(family, seed=2)
     config, params = models.load_pretrained(_export(model, tmp_path))
     rng = np.random.default_rng(3)
-    prompt_lengths = np.array([5, 9, 2, 7])
-    second_lengths = np.array([3, 0, 4, 1])
+    prompt_lengths, second_lengths = np.array(prompt_lengths), np.array(second_lengths)
     decode_steps = 6
     batch = len(prompt_lengths)
     total = prompt_lengths + second_lengths + decode_steps
     sequences = [rng.integers(0, config.vocab_size, size=n) for n in total]
 
-    cache = models.init_cache(config, batch, capacity=32)
+    cache = models.init_cache(config, batch, capacity=capacity)
 
     def chunk(starts, lengths):
         width = max(int(lengths.max()), 1)

@@ -121,13 +121,32 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Ar
     return _ungroup(out, chunk)
 
 
+def attention_spans(capacity: int, smallest: int = 128) -> tuple[int, ...]:
+    """Static key spans the cached attention chooses from: smallest * 2^i up to a third of the
+    capacity, then the capacity itself (e.g. 1000 -> (128, 256, 1000); 144 -> (144,)).
+
+    A span shorter than the capacity costs a copy of that prefix of the cache (XLA:CPU does not fuse
+    the slice into the matmul), about three times the traffic of reading the prefix once, so only
+    spans under a third of the capacity are worth a branch."""
+    spans, span = [], smallest
+    while 3 * span <= capacity:
+        spans.append(span)
+        span *= 2
+    return tuple(spans) + (capacity,)
+
+
 def _attend_cached(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
                    positions: jax.Array) -> jax.Array:
     """Attention of a chunk of queries to a KV cache (the chunk's own keys already written).
 
+    Only a prefix of the cache is read: the smallest span of `attention_spans(S)` covering every
+    query position, picked on device with `lax.switch` (each branch is a static-shape attention).
+    Decode steps are bound by reading the cache, so a large preallocated cache (multi-turn
+    episodes, tree rollouts) costs memory but little bandwidth while its sequences are short.
+
     Args:
       q: [B, T, H, Dh] queries (already rotated).
-      k_cache, v_cache: [B, K, S, Dh].
+      k_cache: [B, K, Dh, S] keys; v_cache: [B, K, S, Dh] values.
       positions: int32[B, T] position of each query; query (b, t) attends to keys 0..positions[b, t].
 
     Returns:
@@ -138,13 +157,27 @@ def _attend_cached(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
     groups = heads // kv_heads
     qg = _group_queries(q, kv_heads) * np.float32(1.0 / math.sqrt(head_dim))  # [B, K, Q, Dh]
     query_pos = jnp.tile(positions, (1, groups))[:, None, :, None]  # [B, 1, Q, 1], Q order (g, t)
-    key_pos = jnp.arange(capacity, dtype=jnp.int32)
-    scores = jnp.einsum("bkqd,bkds->bkqs", qg, k_cache.astype(q.dtype),
-                        preferred_element_type=jnp.float32)
-    scores = jnp.where(key_pos <= query_pos, scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bkqs,bksd->bkqd", probs.astype(q.dtype), v_cache.astype(q.dtype),
-                     preferred_element_type=jnp.float32)
+
+    def attend_span(span):
+        def attend(qg, query_pos, k_cache, v_cache):
+            keys, values = k_cache[..., :span], v_cache[:, :, :span]
+            scores = jnp.einsum("bkqd,bkds->bkqs", qg, keys.astype(qg.dtype),
+                                preferred_element_type=jnp.float32)
+            key_pos = jnp.arange(span, dtype=jnp.int32)
+            scores = jnp.where(key_pos <= query_pos, scores, _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1)
+            return jnp.einsum("bkqs,bksd->bkqd", probs.astype(qg.dtype), values.astype(qg.dtype),
+                              preferred_element_type=jnp.float32)
+        return attend
+
+    spans = attention_spans(capacity)
+    operands = (qg, query_pos, k_cache, v_cache)
+    if len(spans) == 1:
+        out = attend_span(capacity)(*operands)
+    else:
+        needed = jnp.max(positions) + 1
+        branch = jnp.sum(jnp.asarray(spans[:-1]) < needed)
+        out = jax.lax.switch(branch, [attend_span(s) for s in spans], *operands)
     return _ungroup(out.astype(q.dtype), chunk)
 
 

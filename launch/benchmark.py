@@ -1,0 +1,43 @@
+"""Benchmarks: `python -m launch.benchmark <name> [--flags]`.
+
+    python -m launch.benchmark sampler                      # the full table (several minutes)
+    python -m launch.benchmark sampler --models=tiny --batches=1,16 --repeats=3
+
+Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
+writes the raw numbers (every repeat, machine description) as JSON.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+_BENCHMARKS = ("sampler",)
+
+_MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
+_BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 128, "Tokens generated per row.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens per row.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats after one warm-up call (median).")
+_FLOOR_BATCH = flags.DEFINE_integer("floor_batch", 64,
+                                    "Batch size compared with the memory-bandwidth floor.")
+_BASELINE = flags.DEFINE_boolean("baseline", True, "Also time the transformers baseline.")
+_OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
+                              "benchmark_results/<name>.json).")
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in _BENCHMARKS:
+        raise app.UsageError(f"usage: python -m launch.benchmark {{{'|'.join(_BENCHMARKS)}}} "
+                             "[--flags]")
+    name = argv[1]
+    output = _OUTPUT.value or f"benchmark_results/{name}.json"
+    if name == "sampler":
+        from launch.benchmarks import sampler  # noqa: PLC0415
+
+        sampler.run([m for m in _MODELS.value], [int(b) for b in _BATCHES.value],
+                    _NEW_TOKENS.value, _PROMPT_LEN.value, _REPEATS.value, _FLOOR_BATCH.value,
+                    output, with_hf=_BASELINE.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,72 @@
+"""Timing, machine description and reporting shared by the benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> tuple[float, list]:
+    """Runs fn warmup times untimed, then `repeats` times; returns (median seconds, all times)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def copy_bandwidth(num_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
+    """Main-memory copy bandwidth in bytes/s, counting the read and the write (STREAM 'copy')."""
+    src = np.ones(num_bytes // 4, np.float32)
+    dst = np.empty_like(src)
+    seconds, _ = median_seconds(lambda: np.copyto(dst, src), repeats)
+    return 2 * num_bytes / seconds
+
+
+def machine_info() -> dict:
+    import torch  # noqa: PLC0415  (only benchmarks that compare against PyTorch need it)
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "jax_backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Prints and returns a Markdown table."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+    return str(value)
+
+
+def write_json(path: str, payload: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")

@@ -1,0 +1,115 @@
+"""Sampler throughput: jaxtree's jitted sampler vs transformers' PyTorch `generate`.
+
+Both run the same weights (a preset exported with `save_pretrained` and loaded by transformers),
+the same prompts, plain sampling at temperature 1 over the full vocabulary, exactly `new_tokens`
+tokens per row (no EOS). Throughput is end-to-end generated tokens per second of a `generate` call
+(host preparation, prefill, decode, transfer back), median over repeats after a warm-up call.
+
+For one batch size the result is also compared with the memory-bandwidth floor of decoding: every
+decode step must read all weights once and each row's keys/values up to its current length, so
+floor time per step = (weight bytes + mean KV bytes) / copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import jax
+import numpy as np
+
+from jaxtree import models
+from jaxtree.sampling import Sampler, SamplingConfig
+from jaxtree.tokenizers import ByteTokenizer
+from launch.benchmarks.common import (copy_bandwidth, machine_info, median_seconds, print_table,
+                                      write_json)
+
+
+def _hf_generate_fn(hf_model, prompts: np.ndarray, new_tokens: int, pad_id: int):
+    import torch  # noqa: PLC0415
+
+    ids = torch.as_tensor(prompts, dtype=torch.long)
+    mask = torch.ones_like(ids)
+
+    def run():
+        with torch.no_grad():
+            out = hf_model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                                    temperature=1.0, top_k=0, top_p=1.0,
+                                    max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                    eos_token_id=None, pad_token_id=pad_id)
+        if out.shape[1] != ids.shape[1] + new_tokens:
+            raise RuntimeError(f"transformers generated {out.shape[1] - ids.shape[1]} tokens, "
+                               f"expected {new_tokens}")
+        return out
+
+    return run
+
+
+def kv_bytes_per_step(config: models.ModelConfig, batch: int, mean_context: float) -> float:
+    itemsize = np.dtype(config.compute_dtype).itemsize
+    return (config.num_layers * 2 * batch * config.num_kv_heads * config.head_dim * itemsize
+            * mean_context)
+
+
+def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, output, with_hf=True):
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    tok = ByteTokenizer()
+    rng = np.random.default_rng(0)
+    bandwidth = copy_bandwidth()
+    results, rows = [], []
+    for name in models_list:
+        config = models.get_preset(name)
+        params = models.init_params(config, jax.random.key(0))
+        hf_model = None
+        if with_hf:
+            with tempfile.TemporaryDirectory() as tmp:
+                models.save_pretrained(tmp, config, params)
+                hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp).eval()
+        sampler = Sampler(config, SamplingConfig(temperature=1.0), new_tokens, pad_id=tok.pad_id)
+        for batch in batches:
+            prompts = rng.integers(0, 256, size=(batch, prompt_len))
+            prompt_lists = prompts.tolist()
+            keys = iter(jax.random.split(jax.random.key(1), repeats + 1))
+
+            def ours():
+                result = sampler.generate(params, prompt_lists, next(keys))
+                assert all(len(t) == new_tokens for t in result.tokens)
+
+            ours_s, ours_all = median_seconds(ours, repeats)
+            entry = {"model": name, "params": config.num_params(), "batch": batch,
+                     "new_tokens": new_tokens, "prompt_len": prompt_len,
+                     "jaxtree_seconds": ours_all, "jaxtree_tokens_per_s": batch * new_tokens / ours_s}
+            if hf_model is not None:
+                hf_s, hf_all = median_seconds(
+                    _hf_generate_fn(hf_model, prompts, new_tokens, tok.pad_id), repeats)
+                entry.update(transformers_seconds=hf_all,
+                             transformers_tokens_per_s=batch * new_tokens / hf_s,
+                             speedup=hf_s / ours_s)
+            if batch == floor_batch:
+                weight_bytes = config.num_params() * np.dtype(config.weight_dtype).itemsize
+                mean_context = prompt_len + (new_tokens + 1) / 2
+                step_bytes = weight_bytes + kv_bytes_per_step(config, batch, mean_context)
+                floor_tokens_per_s = batch * bandwidth / step_bytes
+                entry.update(bytes_per_decode_step=step_bytes,
+                             floor_tokens_per_s=floor_tokens_per_s,
+                             fraction_of_floor=entry["jaxtree_tokens_per_s"] / floor_tokens_per_s)
+            results.append(entry)
+            rows.append([name, f"{config.num_params() / 1e6:.1f}M", batch,
+                         entry["jaxtree_tokens_per_s"], entry.get("transformers_tokens_per_s", "-"),
+                         f"{entry['speedup']:.1f}x" if "speedup" in entry else "-",
+                         f"{entry['fraction_of_floor']:.0%}" if "fraction_of_floor" in entry
+                         else ""])
+            print(f"  {name} batch {batch}: {entry['jaxtree_tokens_per_s']:,.0f} tok/s", flush=True)
+        compile_s = sum(e.seconds for e in sampler.compile_events)
+        print(f"  {name}: {sampler.num_compiles} compilations, {compile_s:.1f}s")
+        results.append({"model": name, "compilations": sampler.num_compiles,
+                        "compile_seconds": compile_s})
+
+    print(f"\nsampler: {new_tokens} new tokens, prompt {prompt_len}, median of {repeats}; "
+          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+    table = print_table(["model", "params", "batch", "jaxtree tok/s", "transformers tok/s",
+                         "speedup", f"of bandwidth floor (batch {floor_batch})"], rows)
+    write_json(output, {"benchmark": "sampler", "machine": machine_info(),
+                        "copy_bandwidth_bytes_per_s": bandwidth, "repeats": repeats,
+                        "results": results, "table": table})

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import transformers
+from tokenizers import Tokenizer as RawTokenizer
+from tokenizers import models as tokenizer_models
+from tokenizers import pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
 FAMILIES = {
     # Llama with tied embeddings and grouped-query attention.
@@ -39,6 +44,28 @@ def random_hf_model(family: str, seed: int = 0, **overrides) -> transformers.Pre
     return model
 
 
-def hf_logits(model, tokens) -> "numpy.ndarray":
+def hf_logits(model, tokens) -> np.ndarray:
     with torch.no_grad():
         return model(torch.as_tensor(tokens, dtype=torch.long)).logits.float().numpy()
+
+
+WORDS = ["[UNK]", "hello", "world", "the", "cat", "sat", "on", "mat", "user", "assistant",
+         "system", "hi", "there"]
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+CHATML = ("{% for message in messages %}"
+          "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_chatml_tokenizer(directory, chat_template=CHATML):
+    """A WordLevel tokenizer over WORDS with ChatML special tokens and template, saved to directory."""
+    raw = RawTokenizer(tokenizer_models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.add_special_tokens(SPECIALS)
+    fast = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", unk_token="[UNK]")
+    if chat_template is not None:
+        fast.chat_template = chat_template
+    fast.save_pretrained(str(directory))
+    return fast

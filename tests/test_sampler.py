@@ -249,6 +249,10 @@ def test_same_key_same_output_and_rows_independent_of_batch(tiny):
     assert d.tokens == a.tokens[:2]
     for x, y in zip(d.policy_logprobs, a.policy_logprobs[:2]):
         np.testing.assert_allclose(x, y, atol=1e-5)
+    # A sampler with a shorter token limit draws the same tokens up to its limit.
+    short = Sampler(config, sampling, 10, pad_id=TOK.pad_id)
+    e = short.generate(params, prompts, jax.random.key(7))
+    assert e.tokens == [t[:10] for t in a.tokens]
 
 
 def test_recompiles_are_bounded_by_buckets(tiny):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hf_reference import CHATML, SPECIALS, WORDS, build_chatml_tokenizer
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------------------------------
@@ -158,35 +159,10 @@ def test_byte_satisfies_protocol(byte_tok):
 # HFTokenizer (built locally)
 # --------------------------------------------------------------------------------------------------
 
-WORDS = ["[UNK]", "hello", "world", "the", "cat", "sat", "on", "mat", "user", "assistant",
-         "system", "hi", "there"]
-SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
-CHATML = ("{% for message in messages %}"
-          "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-          "{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _build_hf(directory, chat_template=CHATML):
-    from tokenizers import Tokenizer as RawTokenizer
-    from tokenizers import models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = RawTokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    raw.add_special_tokens(SPECIALS)
-    fast = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", unk_token="[UNK]")
-    if chat_template is not None:
-        fast.chat_template = chat_template
-    fast.save_pretrained(str(directory))
-    return fast
-
-
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("hf_tok")
-    fast = _build_hf(directory)
+    fast = build_chatml_tokenizer(directory)
     return directory, fast
 
 
@@ -283,7 +259,7 @@ def test_hf_satisfies_protocol(hf_tok):
 
 
 def test_hf_without_chat_template_raises(tmp_path):
-    _build_hf(tmp_path, chat_template=None)
+    build_chatml_tokenizer(tmp_path, chat_template=None)
     tok = HFTokenizer(str(tmp_path))
     assert tok.encode("hello") != []  # otherwise usable
     with pytest.raises(ValueError):

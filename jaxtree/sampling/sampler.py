@@ -17,7 +17,6 @@ stays bounded), compiles each shape once ahead of time, and reports every compil
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from typing import NamedTuple, Sequence
@@ -91,8 +90,11 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
     batch = last_logits.shape[0]
     window_len = stop_sequences.shape[-1]
     model = Transformer(config)
-    # Row b's draw at step t is uniforms[b, t]: it depends only on row_keys[b] and t.
-    uniforms = jax.vmap(lambda key: jax.random.uniform(key, (max_new_tokens,)))(row_keys)
+    # Row b's draw at step t is uniform(fold_in(row_keys[b], t)): it depends on nothing else (not on
+    # max_new_tokens, the batch, or other rows). All draws are made before the loop.
+    steps = jnp.arange(max_new_tokens, dtype=jnp.uint32)
+    uniforms = jax.vmap(lambda key: jax.vmap(
+        lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(steps))(row_keys)  # [B, N]
     done0 = budgets <= 0
     state0 = dict(
         step=jnp.int32(0), cache=cache, logits=last_logits, done=done0,
@@ -144,17 +146,25 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
                                     s["num_generated"], reason, s["logits"], s["step"])
 
 
+def row_keys_for(rng: jax.Array, batch: int) -> jax.Array:
+    """[B] keys, row b's = fold_in(rng, b): a row's draws do not depend on the batch around it."""
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, jnp.arange(batch, dtype=jnp.uint32))
+
+
 def generate(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, pad_id: int,
              capacity: int, params, prompt_tokens: jax.Array, prompt_lengths: jax.Array,
-             row_keys: jax.Array, budgets: jax.Array, stop_sequences: jax.Array,
+             rng: jax.Array, budgets: jax.Array, stop_sequences: jax.Array,
              eos_ids: jax.Array) -> DecodeOutput:
     """Prefills ragged prompts into a fresh cache of `capacity` positions, then decodes.
 
     Args:
       prompt_tokens: int32[B, P], right-padded; prompt_lengths: int32[B] (each >= 1).
+      rng: a PRNG key; row b samples with `row_keys_for(rng, B)[b]`.
       The other arguments are as in `decode`.
     """
-    cache = init_cache(config, prompt_tokens.shape[0], capacity)
+    batch = prompt_tokens.shape[0]
+    row_keys = row_keys_for(rng, batch)
+    cache = init_cache(config, batch, capacity)
     logits, cache = Transformer(config).apply({"params": params}, prompt_tokens, cache,
                                               prompt_lengths, last_only=True)
     _, out = decode(config, sampling, max_new_tokens, pad_id, params, cache, logits, row_keys,
@@ -282,10 +292,7 @@ class Sampler:
             for j, seq in enumerate(row):
                 if len(seq):
                     stop_array[b, j, stop_len - len(seq):] = seq
-        row_keys = jax.vmap(functools.partial(jax.random.fold_in, rng))(
-            jnp.arange(padded_batch, dtype=jnp.uint32))
-
-        args = (params, jnp.asarray(tokens), jnp.asarray(full_lengths), row_keys,
+        args = (params, jnp.asarray(tokens), jnp.asarray(full_lengths), rng,
                 jnp.asarray(full_budgets), jnp.asarray(stop_array), jnp.asarray(self.eos_ids))
         key = (padded_batch, prompt_len, num_stops, stop_len, capacity)
         out = jax.device_get(self._compiled(key, args)(*args))

@@ -33,6 +33,14 @@ def copy_bandwidth(num_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
     return 2 * num_bytes / seconds
 
 
+def matmul_flops(n: int = 1024, repeats: int = 5) -> float:
+    """float32 matmul throughput of the default JAX device, in FLOP/s (an n x n x n product)."""
+    a = jax.numpy.ones((n, n), jax.numpy.float32)
+    matmul = jax.jit(lambda x, y: x @ y)
+    seconds, _ = median_seconds(lambda: matmul(a, a).block_until_ready(), repeats)
+    return 2 * n**3 / seconds
+
+
 def machine_info() -> dict:
     import torch  # noqa: PLC0415  (only benchmarks that compare against PyTorch need it)
 

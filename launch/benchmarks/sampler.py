@@ -7,7 +7,9 @@ tokens per row (no EOS). Throughput is end-to-end generated tokens per second of
 
 For one batch size the result is also compared with the memory-bandwidth floor of decoding: every
 decode step must read all weights once and each row's keys/values up to its current length, so
-floor time per step = (weight bytes + mean KV bytes) / copy bandwidth.
+floor time per step = (weight bytes + mean KV bytes) / copy bandwidth. On a CPU at larger batch
+sizes the binding limit is arithmetic rather than memory, so the roofline (the larger of that time
+and the step's FLOPs at the measured matmul throughput) is reported too.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import numpy as np
 from jaxtree import models
 from jaxtree.sampling import Sampler, SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
-from launch.benchmarks.common import (copy_bandwidth, machine_info, median_seconds, print_table,
-                                      write_json)
+from launch.benchmarks.common import (copy_bandwidth, machine_info, matmul_flops, median_seconds,
+                                      print_table, write_json)
 
 
 def _hf_generate_fn(hf_model, prompts: np.ndarray, new_tokens: int, pad_id: int):
@@ -50,6 +52,13 @@ def kv_bytes_per_step(config: models.ModelConfig, batch: int, mean_context: floa
             * mean_context)
 
 
+def flops_per_step(config: models.ModelConfig, batch: int, mean_context: float) -> float:
+    """Multiply-adds x 2 of one decode step: every parameter once per row (the tied output
+    projection included) plus q.k and p.v over the mean context."""
+    attention = 4 * config.num_layers * config.num_heads * config.head_dim * mean_context
+    return batch * (2 * config.num_params() + attention)
+
+
 def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, output, with_hf=True):
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
@@ -57,6 +66,7 @@ def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, outp
     tok = ByteTokenizer()
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth()
+    peak_flops = matmul_flops()
     results, rows = [], []
     for name in models_list:
         config = models.get_preset(name)
@@ -90,15 +100,22 @@ def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, outp
                 weight_bytes = config.num_params() * np.dtype(config.weight_dtype).itemsize
                 mean_context = prompt_len + (new_tokens + 1) / 2
                 step_bytes = weight_bytes + kv_bytes_per_step(config, batch, mean_context)
+                step_flops = flops_per_step(config, batch, mean_context)
                 floor_tokens_per_s = batch * bandwidth / step_bytes
-                entry.update(bytes_per_decode_step=step_bytes,
+                roofline_tokens_per_s = batch / max(step_bytes / bandwidth, step_flops / peak_flops)
+                entry.update(bytes_per_decode_step=step_bytes, flops_per_decode_step=step_flops,
                              floor_tokens_per_s=floor_tokens_per_s,
-                             fraction_of_floor=entry["jaxtree_tokens_per_s"] / floor_tokens_per_s)
+                             fraction_of_floor=entry["jaxtree_tokens_per_s"] / floor_tokens_per_s,
+                             roofline_tokens_per_s=roofline_tokens_per_s,
+                             fraction_of_roofline=(entry["jaxtree_tokens_per_s"]
+                                                   / roofline_tokens_per_s))
             results.append(entry)
             rows.append([name, f"{config.num_params() / 1e6:.1f}M", batch,
                          entry["jaxtree_tokens_per_s"], entry.get("transformers_tokens_per_s", "-"),
                          f"{entry['speedup']:.1f}x" if "speedup" in entry else "-",
                          f"{entry['fraction_of_floor']:.0%}" if "fraction_of_floor" in entry
+                         else "",
+                         f"{entry['fraction_of_roofline']:.0%}" if "fraction_of_roofline" in entry
                          else ""])
             print(f"  {name} batch {batch}: {entry['jaxtree_tokens_per_s']:,.0f} tok/s", flush=True)
         compile_s = sum(e.seconds for e in sampler.compile_events)
@@ -107,9 +124,10 @@ def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, outp
                         "compile_seconds": compile_s})
 
     print(f"\nsampler: {new_tokens} new tokens, prompt {prompt_len}, median of {repeats}; "
-          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s, matmul {peak_flops / 1e9:.0f} GFLOP/s")
     table = print_table(["model", "params", "batch", "jaxtree tok/s", "transformers tok/s",
-                         "speedup", f"of bandwidth floor (batch {floor_batch})"], rows)
+                         "speedup", "of bandwidth floor", "of roofline"], rows)
     write_json(output, {"benchmark": "sampler", "machine": machine_info(),
-                        "copy_bandwidth_bytes_per_s": bandwidth, "repeats": repeats,
+                        "copy_bandwidth_bytes_per_s": bandwidth, "matmul_flops_per_s": peak_flops,
+                        "repeats": repeats,
                         "results": results, "table": table})

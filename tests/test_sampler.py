@@ -304,3 +304,14 @@ def test_decode_continues_a_cache_until_it_is_full(tiny):
         assert generated == greedy_reference(config, params, p, int(n[b]))
         ref = full_forward_logits(config, params, p + generated)[-1]
         np.testing.assert_allclose(np.asarray(out.last_logits[b]), ref, atol=1e-4)
+
+    # Decoding again: the full row generates nothing, the other continues from its last logits.
+    last = out.last_logits
+    cache, again = decode_jit(config, SamplingConfig(temperature=0.0), 8, TOK.pad_id, params, cache,
+                              last, jax.random.split(jax.random.key(1), 2),
+                              jnp.asarray([8, 8], jnp.int32), jnp.full((2, 1, 1), -1, jnp.int32),
+                              jnp.zeros((0,), jnp.int32))
+    assert np.asarray(again.num_generated).tolist() == [0, 4]
+    assert int(again.finish_reason[0]) == CACHE_FULL
+    np.testing.assert_array_equal(np.asarray(cache.lengths), [16, 16])
+    np.testing.assert_array_equal(np.asarray(again.last_logits[0]), np.asarray(last[0]))

@@ -95,10 +95,13 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
     steps = jnp.arange(max_new_tokens, dtype=jnp.uint32)
     uniforms = jax.vmap(lambda key: jax.vmap(
         lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(steps))(row_keys)  # [B, N]
-    done0 = budgets <= 0
+    # A row with no budget, or whose cache is already full, generates nothing.
+    full0 = cache.lengths >= cache.capacity
+    done0 = (budgets <= 0) | full0
     state0 = dict(
         step=jnp.int32(0), cache=cache, logits=last_logits, done=done0,
-        reason=jnp.where(done0, MAX_TOKENS, RUNNING).astype(jnp.int32),
+        reason=jnp.select([budgets <= 0, full0], [MAX_TOKENS, CACHE_FULL], RUNNING
+                          ).astype(jnp.int32),
         tokens=jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
         policy_logp=jnp.zeros((batch, max_new_tokens), jnp.float32),
         sample_logp=jnp.zeros((batch, max_new_tokens), jnp.float32),

@@ -20,10 +20,10 @@ class Policy:
     source: str  # 'random init (preset NAME, seed S)' or the checkpoint directory
 
 
-def load_policy(spec: str, dtype: str = "float32", seed: int = 0) -> Policy:
+def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
     """A preset name (random initialisation from `seed`) or a local Hugging Face checkpoint directory.
 
-    Presets with the byte vocabulary come with the ByteTokenizer; a checkpoint directory must hold
+    dtype defaults to float32 on CPU and bfloat16 on accelerators. Presets with the byte vocabulary come with the ByteTokenizer; a checkpoint directory must hold
     its tokenizer files next to config.json and the weights.
     """
     if spec in PRESETS:

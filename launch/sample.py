@@ -26,7 +26,8 @@ _CHAT = flags.DEFINE_boolean("chat", False, "Wrap the prompt in the tokenizer's 
                              "stop at the end of the assistant's turn.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
 _INIT_SEED = flags.DEFINE_integer("init_seed", 0, "Parameter seed for presets (random init).")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Computation dtype.")
+_DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
+                           "Computation dtype (default: float32 on CPU, bfloat16 on accelerators).")
 
 
 def main(argv):

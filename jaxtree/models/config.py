@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
@@ -19,6 +20,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def default_dtype() -> str:
+    """'float32' on CPU (no fast bfloat16 arithmetic there), 'bfloat16' on GPU and TPU."""
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
 
 
 def dtype_from_name(name: str | Any) -> Any:
@@ -142,9 +148,12 @@ class ModelConfig:
     # ------------------------------------------------------------------ Hugging Face conversion
 
     @classmethod
-    def from_hf_dict(cls, hf: Mapping[str, Any], *, dtype: str = "float32",
+    def from_hf_dict(cls, hf: Mapping[str, Any], *, dtype: str | None = None,
                      param_dtype: str | None = None) -> "ModelConfig":
         """Builds a config from a Hugging Face `config.json` dictionary.
+
+        dtype defaults to `default_dtype()` (float32 on CPU, bfloat16 on accelerators) and
+        param_dtype to dtype.
 
         Raises:
           ValueError: naming the field, for an unsupported model_type, activation, RoPE type or
@@ -203,8 +212,8 @@ class ModelConfig:
             bos_token_id=hf.get("bos_token_id"),
             eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
             pad_token_id=hf.get("pad_token_id"),
-            dtype=dtype,
-            param_dtype=param_dtype or dtype,
+            dtype=dtype or default_dtype(),
+            param_dtype=param_dtype or dtype or default_dtype(),
         )
 
     def to_hf_dict(self) -> dict[str, Any]:

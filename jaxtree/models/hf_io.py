@@ -139,7 +139,7 @@ def _checkpoint_files(directory: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- public API
 
-def load_config(path: str, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
+def load_config(path: str, dtype: str | None = None, param_dtype: str | None = None) -> ModelConfig:
     """Reads `config.json` of a checkpoint directory into a ModelConfig."""
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint directory {path!r} does not exist")
@@ -161,14 +161,15 @@ def load_config(path: str, dtype: str = "float32", param_dtype: str | None = Non
         raise CheckpointError(f"{config_path}: {e}") from e
 
 
-def load_pretrained(path: str, dtype: str = "float32",
+def load_pretrained(path: str, dtype: str | None = None,
                     param_dtype: str | None = None) -> tuple[ModelConfig, dict]:
     """Loads a Llama / Qwen2 / Qwen3 checkpoint from a local Hugging Face directory.
 
     Args:
       path: directory with `config.json` and `model.safetensors` or sharded files plus
         `model.safetensors.index.json`.
-      dtype: computation dtype of the returned config ('float32' or 'bfloat16').
+      dtype: computation dtype of the returned config ('float32' or 'bfloat16'); defaults to
+        float32 on CPU and bfloat16 on accelerators.
       param_dtype: storage dtype of the returned parameters; defaults to dtype.
 
     Returns:

@@ -8,7 +8,7 @@ weights load from a local directory with `load_pretrained`.
 
 from __future__ import annotations
 
-from jaxtree.models.config import ModelConfig
+from jaxtree.models.config import ModelConfig, default_dtype
 from jaxtree.tokenizers import ByteTokenizer
 
 _BYTES = ByteTokenizer()
@@ -44,7 +44,9 @@ PRESETS: dict[str, ModelConfig] = {
 BYTE_VOCAB_PRESETS = ("tiny", "small-25m")
 
 
-def get_preset(name: str, dtype: str = "float32", param_dtype: str | None = None) -> ModelConfig:
+def get_preset(name: str, dtype: str | None = None, param_dtype: str | None = None) -> ModelConfig:
+    """The named architecture; dtype defaults to `default_dtype()`, param_dtype to dtype."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+    dtype = dtype or default_dtype()
     return PRESETS[name].replace(dtype=dtype, param_dtype=param_dtype or dtype)

@@ -53,7 +53,7 @@ def _largest_key_where(keys: jax.Array, holds) -> jax.Array:
     `holds` maps a bool[B, V] selection to bool[B] and must be monotone: true for a selection whenever
     it is true for a subset of it, and true for the full row. Bisection over the 2^32 key range takes
     32 elementwise passes over [B, V]: the exact threshold a sort would give, without a sort (sorting
-    every row at every decode step dominated the step time on CPU).
+    every row at every decode step nearly doubled the tiny model's decode step on CPU).
     """
     low = jnp.min(keys, axis=-1)   # holds(all) is true: invariant holds(keys >= low)
     high = jnp.max(keys, axis=-1)  # answer is in [low, high]

@@ -2,6 +2,7 @@
 
     python -m launch.benchmark sampler                      # the full table (several minutes)
     python -m launch.benchmark sampler --models=tiny --batches=1,16 --repeats=3
+    python -m launch.benchmark envs --episodes=50
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-_BENCHMARKS = ("sampler",)
+_BENCHMARKS = ("sampler", "envs")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
@@ -21,6 +22,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats after one warm-up c
 _FLOOR_BATCH = flags.DEFINE_integer("floor_batch", 64,
                                     "Batch size compared with the memory-bandwidth floor.")
 _BASELINE = flags.DEFINE_boolean("baseline", True, "Also time the transformers baseline.")
+_EPISODES = flags.DEFINE_integer("episodes", 50, "envs: oracle-played episodes per environment.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -37,6 +39,10 @@ def main(argv):
         sampler.run([m for m in _MODELS.value], [int(b) for b in _BATCHES.value],
                     _NEW_TOKENS.value, _PROMPT_LEN.value, _REPEATS.value, _FLOOR_BATCH.value,
                     output, with_hf=_BASELINE.value)
+    elif name == "envs":
+        from launch.benchmarks import envs  # noqa: PLC0415
+
+        envs.run(_EPISODES.value, output)
 
 
 if __name__ == "__main__":

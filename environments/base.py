@@ -62,11 +62,16 @@ def extract_answer(text: str) -> str:
     return (matches[-1] if matches else text).strip()
 
 
+# Seeds the throwaway initial state of copied bit generators: a fixed SeedSequence skips the OS
+# entropy that a seedless constructor gathers (12.5 -> 7 us per copy), and the state is overwritten.
+_PLACEHOLDER_SEED = np.random.SeedSequence(0)
+
+
 def copy_generator(rng: np.random.Generator) -> np.random.Generator:
-    """An independent numpy Generator in exactly the same state (cheaper than copy.deepcopy)."""
-    clone = np.random.Generator(type(rng.bit_generator)())
-    clone.bit_generator.state = rng.bit_generator.state
-    return clone
+    """An independent numpy Generator in exactly the same state (4x cheaper than copy.deepcopy)."""
+    bit_generator = type(rng.bit_generator)(_PLACEHOLDER_SEED)
+    bit_generator.state = rng.bit_generator.state
+    return np.random.Generator(bit_generator)
 
 
 class TextEnv(abc.ABC):

@@ -22,7 +22,9 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats after one warm-up c
 _FLOOR_BATCH = flags.DEFINE_integer("floor_batch", 64,
                                     "Batch size compared with the memory-bandwidth floor.")
 _BASELINE = flags.DEFINE_boolean("baseline", True, "Also time the transformers baseline.")
-_EPISODES = flags.DEFINE_integer("episodes", 50, "envs: oracle-played episodes per environment.")
+_EPISODES = flags.DEFINE_integer("episodes", 50, "envs: oracle-played episodes timed per environment.")
+_POLICY_SEEDS = flags.DEFINE_integer("policy_seeds", 200,
+                                     "envs: seeds for the oracle and random success rates.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -42,7 +44,7 @@ def main(argv):
     elif name == "envs":
         from launch.benchmarks import envs  # noqa: PLC0415
 
-        envs.run(_EPISODES.value, output)
+        envs.run(_EPISODES.value, _POLICY_SEEDS.value, output)
 
 
 if __name__ == "__main__":

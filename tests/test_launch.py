@@ -53,3 +53,15 @@ def test_sampler_benchmark_writes_its_table_and_json(tmp_path):
         assert row["jaxtree_tokens_per_s"] > 0 and row["transformers_tokens_per_s"] > 0
     assert 0 < rows[1]["fraction_of_floor"]
     assert report["copy_bandwidth_bytes_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_environment_benchmark_writes_its_table_and_json(tmp_path):
+    out = tmp_path / "envs.json"
+    proc = _run("launch.benchmark", "envs", "--episodes=2", "--policy_seeds=3", f"--output={out}")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    names = {r["environment"] for r in report["results"]}
+    assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper"}
+    for row in report["results"]:
+        assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1

@@ -1,9 +1,12 @@
-"""Environment costs: microseconds per step, clone, verify, oracle call and process score.
+"""Environment costs and reference policies.
 
-Each environment plays `episodes` seeds under its own oracle; at every visited state each query is
-timed on its own. Clones are also timed against `copy.deepcopy` of the same object, the baseline
-the explicit `_copy_state` implementations replace. Reported numbers are medians over all visited
-states (oracle and verifier caches start cold at every reset, as in training).
+Costs: each environment plays `episodes` seeds under its own oracle; at every visited state each
+query is timed on its own. Clones are also timed against `copy.deepcopy` of the same object, the
+baseline the explicit `_copy_state` implementations replace. Reported numbers are medians over all
+visited states (oracle and verifier caches start cold at every reset, as in training).
+
+Reference policies: the success rate of the oracle and of uniformly random legal actions over
+`policy_seeds` seeds (seeds 0..n-1).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+
+import numpy as np
 
 import environments
 from launch.benchmarks.common import print_table, write_json
@@ -57,19 +62,38 @@ def measure(name: str, options: dict, episodes: int) -> dict:
     return medians
 
 
-def run(episodes: int, output: str) -> None:
+def success_rate(name: str, options: dict, seeds: int, policy: str) -> float:
+    """Fraction of seeds 0..seeds-1 solved by the oracle or by uniformly random legal actions."""
+    env = environments.make(name, **options)
+    rng = np.random.default_rng(0)
+    solved = 0
+    for seed in range(seeds):
+        env.reset(seed)
+        info = {}
+        while not env.done:
+            action = env.oracle_action() if policy == "oracle" else env.random_action(rng)
+            _, _, _, info = env.step(env.answer_text(action))
+        solved += bool(info["success"])
+    return solved / seeds
+
+
+def run(episodes: int, policy_seeds: int, output: str) -> None:
     results, rows = [], []
     for name, options in CONFIGS:
         label = name + "".join(f" {k}={v}" for k, v in options.items())
         m = measure(name, options, episodes)
+        m["oracle_success"] = success_rate(name, options, policy_seeds, "oracle")
+        m["random_success"] = success_rate(name, options, policy_seeds, "random")
         results.append({"environment": name, "options": options, **m})
         rows.append([label, m["states"], m["reset"], m["step"], m["clone"], m["deepcopy"],
                      f"{m['deepcopy_over_clone']:.1f}x", m["verify"], m["oracle"],
-                     m["process_score"]])
+                     m["process_score"], f"{m['oracle_success']:.1%}",
+                     f"{m['random_success']:.1%}"])
         print(f"  {label}: done", flush=True)
     print(f"\nenvironments: median microseconds per call over the states of {episodes} "
-          "oracle-played episodes each")
+          f"oracle-played episodes each; success rates over seeds 0-{policy_seeds - 1}")
     table = print_table(["environment", "states", "reset", "step", "clone", "deepcopy",
-                         "deepcopy/clone", "verify", "oracle", "process_score"], rows)
-    write_json(output, {"benchmark": "envs", "episodes": episodes, "results": results,
-                        "table": table})
+                         "deepcopy/clone", "verify", "oracle", "process_score",
+                         "oracle success", "random success"], rows)
+    write_json(output, {"benchmark": "envs", "episodes": episodes, "policy_seeds": policy_seeds,
+                        "results": results, "table": table})

@@ -34,6 +34,11 @@ class Tokenizer(Protocol):
                             add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a chat, optionally ending with the assistant turn's opening."""
 
+    def continue_chat(self, user_content: str) -> list[int]:
+        """Tokens that follow an assistant turn's end-of-turn token to add a user message and open
+        the next assistant reply: multi-turn episodes append these instead of re-rendering (and
+        re-prefilling) the whole conversation."""
+
     @property
     def assistant_stop_sequences(self) -> list[list[int]]:
         """Token sequences that end an assistant turn."""
@@ -91,6 +96,10 @@ class ByteTokenizer:
             ids.append(self._role_ids["assistant"])
         return ids
 
+    def continue_chat(self, user_content: str) -> list[int]:
+        return ([self._role_ids["user"]] + self.encode(user_content)
+                + [self.end_of_turn_id, self._role_ids["assistant"]])
+
     @property
     def assistant_stop_sequences(self) -> list[list[int]]:
         return [[self.end_of_turn_id], [self.eos_id]]
@@ -120,6 +129,7 @@ class HFTokenizer:
         vocab = self.hf.get_vocab()
         self.end_of_turn_id = next((vocab[t] for t in self._TURN_END_CANDIDATES if t in vocab),
                                    self.eos_id)
+        self._frame: tuple[str, str] | None = None
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         # Plain text: a literal "<|im_end|>" in it is text, not the end-of-turn token.
@@ -141,6 +151,31 @@ class HFTokenizer:
         # writes one); adding them again would duplicate them. As in transformers, special-token
         # strings are parsed from the rendered text, message contents included.
         return list(self.hf.encode(text, add_special_tokens=False))
+
+    def continue_chat(self, user_content: str) -> list[int]:
+        before, after = self._turn_frame()
+        return list(self.hf.encode(before + user_content + after, add_special_tokens=False))
+
+    def _turn_frame(self) -> tuple[str, str]:
+        """(text between an assistant's end-of-turn token and the next user content, text after
+        that content up to the next assistant reply), read off the chat template once by rendering
+        a probe conversation. Assumes, as ChatML and Llama 3 templates do, that every user turn is
+        framed the same way."""
+        if self._frame is None:
+            if not getattr(self.hf, "chat_template", None):
+                raise ValueError("this tokenizer has no chat_template; multi-turn chat needs one")
+            user, reply, probe = "\u2063A\u2063", "\u2063B\u2063", "\u2063C\u2063"
+            text = self.hf.apply_chat_template(
+                [{"role": "user", "content": user}, {"role": "assistant", "content": reply},
+                 {"role": "user", "content": probe}], tokenize=False, add_generation_prompt=True)
+            end_of_turn = self.hf.convert_ids_to_tokens(self.end_of_turn_id)
+            reply_end = text.index(reply) + len(reply)
+            if not text.startswith(end_of_turn, reply_end):
+                raise ValueError(f"the chat template does not close an assistant turn with "
+                                 f"{end_of_turn!r}; cannot continue chats incrementally")
+            start = text.index(probe)
+            self._frame = (text[reply_end + len(end_of_turn):start], text[start + len(probe):])
+        return self._frame
 
     @property
     def assistant_stop_sequences(self) -> list[list[int]]:

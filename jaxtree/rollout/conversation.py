@@ -1,0 +1,38 @@
+"""How an episode becomes tokens: the same framing for rollouts and for demonstrations.
+
+Turn 0 is the chat-templated first prompt (system message in chat style only); every later turn
+appends `tokenizer.continue_chat(observation)`; an action is the policy's tokens up to and including
+its end-of-turn token. Warm-start demonstrations use these functions too, so the tokens a policy is
+trained on are exactly the tokens it sees and produces in rollouts.
+"""
+
+from __future__ import annotations
+
+from environments.base import TextEnv
+from jaxtree.tokenizers import Tokenizer
+
+
+def first_turn_tokens(tokenizer: Tokenizer, env: TextEnv) -> list[int]:
+    """The templated first prompt: instructions and initial observation, ready for the reply."""
+    messages = [{"role": "user", "content": env.prompt()}]
+    if env.style == "chat" and env.system_prompt:
+        messages.insert(0, {"role": "system", "content": env.system_prompt})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+
+
+def next_turn_tokens(tokenizer: Tokenizer, observation: str, close_turn: bool = False) -> list[int]:
+    """Tokens appended after an action: the observation as a new user turn, then the opening of
+    the next reply. close_turn prepends the end-of-turn token, for an action that was cut off by
+    the token limit before the policy ended its turn."""
+    closing = [tokenizer.end_of_turn_id] if close_turn else []
+    return closing + tokenizer.continue_chat(observation)
+
+
+def action_tokens(tokenizer: Tokenizer, text: str) -> list[int]:
+    """A demonstrated action as the policy would write it: the text, then end-of-turn."""
+    return tokenizer.encode(text) + [tokenizer.end_of_turn_id]
+
+
+def action_text(tokenizer: Tokenizer, tokens: list[int], ended: bool) -> str:
+    """The text of generated action tokens; `ended`: the last token is a stop token to drop."""
+    return tokenizer.decode(tokens[:-1] if ended and tokens else tokens)

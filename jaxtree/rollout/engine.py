@@ -1,0 +1,383 @@
+"""The slot engine: many multi-turn episodes on device at once, environments on the host.
+
+Each episode lives in one slot (a device row holding its tokens and KV cache) and owns one host
+environment. A turn, for every live episode at once:
+
+  host    tokenize the new observation (only the new tokens: history is never re-rendered)
+  device  append those tokens to the slot's cache at its own offset, then sample the action until
+          the stop sequence or the per-turn token limit (`slots.play_turn`, one compiled call)
+  host    detokenize, step the environment, record reward / validity / verifier
+
+Episodes end on `done`, on the turn limit, or when the slot's context is full (`truncated`).
+Live episodes are kept packed in the leading slots: when episodes end, the last live slots move
+into the holes (an on-device row copy), and queued episodes take the freed slots. Every device
+call covers only a power-of-two bucket of the live count, so finished episodes stop costing decode
+work.
+
+`fork(episode, n)` copies an episode's slot on device and clones its environment: the children
+continue from the parent's exact state without re-prefilling the shared prefix (PATR expansion,
+TSR beams, Tree-Random).
+
+Shapes: S slots, C context positions, N action tokens per turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from environments.base import TextEnv
+from jaxtree.models.config import ModelConfig
+from jaxtree.rollout import conversation
+from jaxtree.rollout.slots import SlotState, clear_slots, copy_slots, init_slots, play_turn, read_slots
+from jaxtree.rollout.trajectory import EpisodeRecord, TrajectoryBatch, assemble
+from jaxtree.sampling.logits_processing import SamplingConfig
+from jaxtree.sampling.sampler import CACHE_FULL, EOS, STOP_SEQUENCE, bucket_length
+from jaxtree.tokenizers import Tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are generated.
+
+    Attributes:
+      num_slots: S, episodes on device at once.
+      context_length: C, token positions per slot (prompt, observations and actions together).
+      max_action_tokens: N, the per-turn token limit of an action.
+      max_turns: the turn limit (None: the environment's own max_steps).
+      sampling: temperature / top-k / top-p of the actions.
+      record_verifier: evaluate the environment's VPR verifier on every action.
+    """
+
+    num_slots: int = 64
+    context_length: int = 1024
+    max_action_tokens: int = 32
+    max_turns: int | None = None
+    sampling: SamplingConfig = SamplingConfig()
+    record_verifier: bool = False
+
+    def __post_init__(self):
+        for name in ("num_slots", "context_length", "max_action_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"RolloutConfig.{name}={getattr(self, name)} must be positive")
+        if self.max_turns is not None and self.max_turns <= 0:
+            raise ValueError(f"RolloutConfig.max_turns={self.max_turns} must be positive")
+        if self.max_action_tokens >= self.context_length:
+            raise ValueError("RolloutConfig.max_action_tokens must be below context_length")
+
+
+@dataclasses.dataclass
+class Episode:
+    """Host record of one episode (queued, live or finished)."""
+
+    episode_id: int
+    task_id: int
+    group_id: int
+    env: TextEnv | None = None
+    slot: int | None = None
+    length: int = 0                  # tokens in the slot so far
+    pending: list[int] = dataclasses.field(default_factory=list)  # tokens to append next turn
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    valid: list[bool] = dataclasses.field(default_factory=list)
+    verified: list[float] = dataclasses.field(default_factory=list)
+    info: dict = dataclasses.field(default_factory=dict)
+    parent_id: int = -1
+    fork_turn: int = -1
+    finished: bool = False
+    truncated: bool = False
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.rewards)
+
+
+@dataclasses.dataclass
+class RolloutStats:
+    """Where rollout time goes (seconds) and how much work was done."""
+
+    device_seconds: float = 0.0
+    tokenize_seconds: float = 0.0
+    env_seconds: float = 0.0
+    detokenize_seconds: float = 0.0
+    other_host_seconds: float = 0.0
+    turns: int = 0                    # engine turns (device calls)
+    env_steps: int = 0                # environment steps over all episodes
+    generated_tokens: int = 0
+    slot_turns: int = 0               # sum over turns of the rows each device call covered
+    rows_per_turn: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def host_seconds(self) -> float:
+        return (self.tokenize_seconds + self.env_seconds + self.detokenize_seconds
+                + self.other_host_seconds)
+
+    @property
+    def host_share(self) -> float:
+        total = self.host_seconds + self.device_seconds
+        return self.host_seconds / total if total else 0.0
+
+
+class SlotEngine:
+    """Runs multi-turn episodes of one environment with one policy. See the module docstring.
+
+    Usage:
+        engine = SlotEngine(model_config, tokenizer, lambda: environments.make("frozen_lake"), rc)
+        engine.begin(params, rng)
+        for seed in seeds: engine.add_episode(seed)
+        engine.run()
+        batch = engine.collect()
+    """
+
+    def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer,
+                 make_env: Callable[[], TextEnv], rollout: RolloutConfig):
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.make_env = make_env
+        self.rollout = rollout
+        stops = tokenizer.assistant_stop_sequences
+        width = max(len(s) for s in stops)
+        self._stops = np.full((len(stops), width), -1, np.int32)
+        for i, seq in enumerate(stops):
+            self._stops[i, width - len(seq):] = seq
+        self._eos = jnp.asarray([tokenizer.eos_id], jnp.int32)
+        self._stop_rows: dict[int, jax.Array] = {}
+        self.state: SlotState | None = None
+        self.params = None
+
+    # ------------------------------------------------------------------ session
+
+    def begin(self, params, rng: jax.Array) -> None:
+        """Starts a rollout session: empty slots, no episodes."""
+        self.params = params
+        self.rng = rng
+        self.state = init_slots(self.model_config, self.rollout.num_slots,
+                                self.rollout.context_length)
+        self.episodes: dict[int, Episode] = {}
+        self.queue: list[int] = []
+        self.slots: list[int] = []           # episode id per live slot, slots 0..len-1
+        self.finished: list[int] = []
+        self.records: dict[int, EpisodeRecord] = {}
+        self.stats = RolloutStats()
+        self._next_id = 0
+        self._to_clear: list[int] = []
+
+    def add_episode(self, task_id: int, group_id: int = 0) -> int:
+        """Queues an episode of the task `task_id` (the environment seed); returns its id."""
+        episode = Episode(self._new_id(), int(task_id), int(group_id))
+        self.episodes[episode.episode_id] = episode
+        self.queue.append(episode.episode_id)
+        return episode.episode_id
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    @property
+    def live(self) -> list[Episode]:
+        """Live episodes in slot order."""
+        return [self.episodes[e] for e in self.slots]
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.slots or self.queue)
+
+    def run(self) -> None:
+        """Plays turns until every queued and live episode has finished."""
+        while self.has_work:
+            self.play_turn()
+
+    def collect(self) -> TrajectoryBatch:
+        """The episodes finished since the last collect, as a batch ordered by episode id."""
+        records = [self.records.pop(e) for e in sorted(self.finished)]
+        self.finished = []
+        return assemble(records, self.tokenizer.pad_id)
+
+    # ------------------------------------------------------------------ tree operations
+
+    def fork(self, episode_id: int, num_children: int) -> list[int]:
+        """Copies a live episode into `num_children` new episodes (between turns).
+
+        The children get free slots after the live ones, the parent's slot contents (cache,
+        tokens, masks, log-probs) copied on device, a clone of its environment and its history;
+        their trajectories record the parent and the turn they forked at.
+        """
+        parent = self.episodes[episode_id]
+        if parent.slot is None or parent.finished:
+            raise ValueError(f"episode {episode_id} is not live; only live episodes can fork")
+        free = self.rollout.num_slots - len(self.slots)
+        if num_children > free:
+            raise ValueError(f"fork of {num_children} needs free slots; {free} are free")
+        children = []
+        for _ in range(num_children):
+            child = dataclasses.replace(
+                parent, episode_id=self._new_id(), env=parent.env.clone(),
+                slot=len(self.slots), pending=list(parent.pending), rewards=list(parent.rewards),
+                valid=list(parent.valid), verified=list(parent.verified), info=dict(parent.info),
+                parent_id=parent.episode_id, fork_turn=parent.num_turns)
+            self.episodes[child.episode_id] = child
+            self.slots.append(child.episode_id)
+            children.append(child)
+        src = jnp.asarray([parent.slot] * num_children, jnp.int32)
+        dst = jnp.asarray([c.slot for c in children], jnp.int32)
+        self.state = copy_slots(self.state, src, dst)
+        return [c.episode_id for c in children]
+
+    def stop(self, episode_id: int) -> None:
+        """Ends a live episode now (e.g. a pruned branch); it is kept as a truncated trajectory."""
+        episode = self.episodes[episode_id]
+        if episode.slot is None or episode.finished:
+            raise ValueError(f"episode {episode_id} is not live")
+        episode.truncated = True
+        self._retire([episode])
+
+    # ------------------------------------------------------------------ the turn
+
+    def play_turn(self) -> list[int]:
+        """One turn for every live episode (after filling free slots from the queue). Returns the
+        ids of the episodes that finished during it."""
+        start = time.perf_counter()
+        self._refill()
+        live = self.live
+        if not live:
+            return []
+        capacity, limit = self.rollout.context_length, self.rollout.max_action_tokens
+        # An episode whose next observation and action would not fit ends here, truncated.
+        overflow = [e for e in live if e.length + len(e.pending) + limit > capacity]
+        for e in overflow:
+            e.truncated = True
+            e.info["context_full"] = True
+        if overflow:
+            self._retire(overflow)
+            live = self.live
+            if not live:
+                return [e.episode_id for e in overflow]
+        rows = min(bucket_length(len(live), 1), self.rollout.num_slots)
+        width = bucket_length(max(len(e.pending) for e in live), 8)
+        chunk = np.full((rows, width), self.tokenizer.pad_id, np.int32)
+        chunk_lengths = np.zeros(rows, np.int32)
+        turns = np.zeros(rows, np.int32)
+        episode_ids = np.zeros(rows, np.int32)
+        budgets = np.zeros(rows, np.int32)
+        for e in live:
+            chunk[e.slot, :len(e.pending)] = e.pending
+            chunk_lengths[e.slot] = len(e.pending)
+            turns[e.slot] = e.num_turns
+            episode_ids[e.slot] = e.episode_id
+            budgets[e.slot] = limit
+        self.stats.other_host_seconds += time.perf_counter() - start
+
+        start = time.perf_counter()
+        self.state, out = play_turn(
+            self.model_config, self.rollout.sampling, limit, self.tokenizer.pad_id, rows,
+            self.params, self.state, jnp.asarray(chunk), jnp.asarray(chunk_lengths),
+            jnp.asarray(turns), jnp.asarray(episode_ids), self.rng, jnp.asarray(budgets),
+            self._stop_table(rows), self._eos)
+        tokens, num_generated, reasons = jax.device_get(out)
+        self.stats.device_seconds += time.perf_counter() - start
+        self.stats.turns += 1
+        self.stats.slot_turns += rows
+        self.stats.rows_per_turn.append(rows)
+
+        finished = list(overflow)
+        for e in live:
+            n = int(num_generated[e.slot])
+            e.length += len(e.pending) + n
+            self.stats.generated_tokens += n
+            if self._after_action(e, tokens[e.slot, :n].tolist(), int(reasons[e.slot])):
+                finished.append(e)
+        start = time.perf_counter()
+        self._retire([e for e in finished if not e.finished])
+        self.stats.other_host_seconds += time.perf_counter() - start
+        return [e.episode_id for e in finished]
+
+    def _after_action(self, e: Episode, action: list[int], reason: int) -> bool:
+        """Detokenizes and plays the action; prepares the next observation. True if it ended."""
+        start = time.perf_counter()
+        ended = reason in (EOS, STOP_SEQUENCE)
+        text = conversation.action_text(self.tokenizer, action, ended)
+        mid = time.perf_counter()
+        if self.rollout.record_verifier:
+            e.verified.append(float(e.env.verify(e.env.parse_action(text))))
+        else:
+            e.verified.append(float("nan"))
+        observation, reward, done, info = e.env.step(text)
+        e.rewards.append(float(reward))
+        e.valid.append(bool(info["valid"]))
+        e.info = dict(info)
+        self.stats.env_steps += 1
+        end = time.perf_counter()
+        self.stats.detokenize_seconds += mid - start
+        self.stats.env_seconds += end - mid
+        max_turns = self.rollout.max_turns or e.env.max_steps
+        if done or reason == CACHE_FULL or e.num_turns >= max_turns:
+            e.truncated = bool(info.get("truncated")) or not done
+            if reason == CACHE_FULL:
+                e.info["context_full"] = True
+            return True
+        e.pending = conversation.next_turn_tokens(self.tokenizer, observation,
+                                                  close_turn=not ended)
+        self.stats.tokenize_seconds += time.perf_counter() - end
+        return False
+
+    # ------------------------------------------------------------------ slot management
+
+    def _refill(self) -> None:
+        """Starts queued episodes in the free slots."""
+        start = time.perf_counter()
+        new_slots = []
+        while self.queue and len(self.slots) < self.rollout.num_slots:
+            e = self.episodes[self.queue.pop(0)]
+            e.env = self.make_env()
+            e.env.reset(e.task_id)
+            e.slot = len(self.slots)
+            e.pending = conversation.first_turn_tokens(self.tokenizer, e.env)
+            self.slots.append(e.episode_id)
+            new_slots.append(e.slot)
+        if new_slots:
+            self.state = clear_slots(self.state, jnp.asarray(new_slots, jnp.int32))
+        self.stats.tokenize_seconds += time.perf_counter() - start
+
+    def _retire(self, episodes: Sequence[Episode]) -> None:
+        """Copies finished episodes to the host and packs the live ones into the leading slots."""
+        if not episodes:
+            return
+        slots = [e.slot for e in episodes]
+        padded = slots + [slots[0]] * (bucket_length(len(slots), 1) - len(slots))
+        tokens, mask, logprobs, turn_index, lengths = jax.device_get(
+            read_slots(self.state, jnp.asarray(padded, jnp.int32)))
+        for i, e in enumerate(episodes):
+            n = int(lengths[i])
+            self.records[e.episode_id] = EpisodeRecord(
+                tokens=tokens[i, :n], action_mask=mask[i, :n], logprobs=logprobs[i, :n],
+                turn_index=turn_index[i, :n], rewards=e.rewards, valid=e.valid,
+                verified=e.verified, success=bool(e.info.get("success", False)),
+                truncated=e.truncated, num_invalid=int(sum(not v for v in e.valid)),
+                task_id=e.task_id, group_id=e.group_id, episode_id=e.episode_id,
+                parent_id=e.parent_id, fork_turn=e.fork_turn, info=e.info)
+            e.finished = True
+            e.slot = None
+            e.env = None  # the environment's job is done; free it
+            self.finished.append(e.episode_id)
+        # Pack: live episodes from the end move into the holes below the new live count.
+        done_slots = set(slots)
+        keep = [eid for eid in self.slots if self.episodes[eid].slot is not None]
+        holes = sorted(s for s in done_slots if s < len(keep))
+        movers = [eid for eid in keep if self.episodes[eid].slot >= len(keep)]
+        if movers:
+            src = [self.episodes[eid].slot for eid in movers]
+            self.state = copy_slots(self.state, jnp.asarray(src, jnp.int32),
+                                    jnp.asarray(holes, jnp.int32))
+            for eid, hole in zip(movers, holes):
+                self.episodes[eid].slot = hole
+        self.slots = sorted(keep, key=lambda eid: self.episodes[eid].slot)
+
+    def _stop_table(self, rows: int) -> jax.Array:
+        if rows not in self._stop_rows:
+            self._stop_rows[rows] = jnp.asarray(np.broadcast_to(self._stops,
+                                                                (rows,) + self._stops.shape))
+        return self._stop_rows[rows]

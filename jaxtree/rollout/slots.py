@@ -1,0 +1,186 @@
+"""Device state of the slot engine and the jitted functions over it.
+
+A slot is one row: an episode's whole token sequence, its KV cache, which tokens the policy
+generated, their behaviour log-probabilities and the turn each token belongs to. Live episodes
+occupy a prefix of the rows (rows [0, live)); every function here works on a static prefix
+`rows` (a power-of-two bucket of the live count), so episodes that have ended stop costing decode
+work. All functions are pure: state in, new state out, with the state donated so XLA updates it
+in place.
+
+Shapes: S slots, C context capacity (positions per slot), L chunk length, N action tokens per turn.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.kv_cache import KVCache, init_cache
+from jaxtree.models.transformer import Transformer
+from jaxtree.sampling.logits_processing import SamplingConfig
+from jaxtree.sampling.sampler import decode
+
+
+class SlotState(NamedTuple):
+    """Everything the device holds per slot.
+
+    Attributes:
+      cache: KVCache with capacity C; cache.lengths[s] is slot s's sequence length.
+      tokens: int32[S, C], the sequence (positions >= length are stale).
+      action_mask: bool[S, C], True where the policy generated the token.
+      logprobs: float32[S, C], behaviour log-prob (temperature 1) of generated tokens, else 0.
+      turn_index: int32[S, C], the turn a token belongs to (a turn's observation and its action).
+    """
+
+    cache: KVCache
+    tokens: jax.Array
+    action_mask: jax.Array
+    logprobs: jax.Array
+    turn_index: jax.Array
+
+    @property
+    def lengths(self) -> jax.Array:
+        return self.cache.lengths
+
+    @property
+    def num_slots(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.tokens.shape[1]
+
+
+def init_slots(config: ModelConfig, num_slots: int, capacity: int) -> SlotState:
+    return SlotState(
+        cache=init_cache(config, num_slots, capacity),
+        tokens=jnp.zeros((num_slots, capacity), jnp.int32),
+        action_mask=jnp.zeros((num_slots, capacity), bool),
+        logprobs=jnp.zeros((num_slots, capacity), jnp.float32),
+        turn_index=jnp.zeros((num_slots, capacity), jnp.int32),
+    )
+
+
+def _map_rows(fn, state: SlotState) -> SlotState:
+    """Applies fn to every per-slot array (keys, values, lengths and the token buffers)."""
+    cache = state.cache
+    return SlotState(
+        cache=KVCache(tuple(fn(k) for k in cache.keys), tuple(fn(v) for v in cache.values),
+                      fn(cache.lengths)),
+        tokens=fn(state.tokens), action_mask=fn(state.action_mask),
+        logprobs=fn(state.logprobs), turn_index=fn(state.turn_index))
+
+
+def _head(state: SlotState, rows: int) -> SlotState:
+    return _map_rows(lambda x: x[:rows], state)
+
+
+def _put_head(state: SlotState, head: SlotState) -> SlotState:
+    """Writes `head` back over the first rows of `state` (in place when state is donated)."""
+    leaves = jax.tree_util.tree_leaves(state)
+    head_leaves = jax.tree_util.tree_leaves(head)
+    updated = [jax.lax.dynamic_update_slice_in_dim(x, h, 0, axis=0)
+               for x, h in zip(leaves, head_leaves)]
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), updated)
+
+
+def _write_rows(buffer: jax.Array, values: jax.Array, offsets: jax.Array,
+                counts: jax.Array) -> jax.Array:
+    """buffer[b, offsets[b] + j] = values[b, j] for j < counts[b]; other positions untouched.
+
+    buffer: [B, C]; values: [B, L]; offsets, counts: int32[B]. Positions past C are dropped.
+    """
+    batch, width = values.shape
+    steps = jnp.arange(width, dtype=jnp.int32)[None, :]
+    positions = jnp.where(steps < counts[:, None], offsets[:, None] + steps, buffer.shape[1])
+    rows = jnp.arange(batch, dtype=jnp.int32)[:, None]
+    return buffer.at[rows, positions].set(values.astype(buffer.dtype), mode="drop")
+
+
+class TurnOutput(NamedTuple):
+    """What the host needs after a turn: the action tokens to detokenize.
+
+    Attributes:
+      tokens: int32[R, N] generated tokens (stop token included), pad after each row's end.
+      num_generated: int32[R].
+      finish_reason: int32[R] (see jaxtree.sampling.FINISH_REASONS).
+    """
+
+    tokens: jax.Array
+    num_generated: jax.Array
+    finish_reason: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("config", "sampling", "max_action_tokens", "pad_id",
+                                             "rows"), donate_argnames=("state",))
+def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: int, pad_id: int,
+              rows: int, params, state: SlotState, chunk: jax.Array, chunk_lengths: jax.Array,
+              turn: jax.Array, episode_ids: jax.Array, rng: jax.Array, budgets: jax.Array,
+              stop_sequences: jax.Array, eos_ids: jax.Array) -> tuple[SlotState, TurnOutput]:
+    """One turn for the first `rows` slots: append each slot's new observation tokens, then sample
+    its action.
+
+    Args:
+      rows: static, how many leading slots take part (the others are untouched).
+      chunk: int32[R, L] new observation tokens per slot, right-padded; chunk_lengths: int32[R]
+        (0 for a slot with nothing to append).
+      turn: int32[R], the turn number recorded for the chunk and the action.
+      episode_ids: int32[R]; slot r samples with fold_in(fold_in(rng, episode_ids[r]), turn[r]),
+        so an episode's randomness does not depend on the slot it occupies.
+      budgets: int32[R] max action tokens this turn (0: the slot sits the turn out).
+      stop_sequences: int32[R, M, W]; eos_ids: int32[E] (see jaxtree.sampling.decode).
+
+    Returns:
+      (new state, TurnOutput for the R slots).
+    """
+    head = _head(state, rows)
+    offsets = head.cache.lengths
+    # The observation: tokens, turn index, not generated.
+    tokens = _write_rows(head.tokens, chunk, offsets, chunk_lengths)
+    turn_rows = jnp.broadcast_to(turn[:, None], chunk.shape)
+    turn_index = _write_rows(head.turn_index, turn_rows, offsets, chunk_lengths)
+    action_mask = _write_rows(head.action_mask, jnp.zeros(chunk.shape, bool), offsets,
+                              chunk_lengths)
+    logprobs = _write_rows(head.logprobs, jnp.zeros(chunk.shape, jnp.float32), offsets,
+                           chunk_lengths)
+    logits, cache = Transformer(config).apply({"params": params}, chunk, head.cache,
+                                              chunk_lengths, last_only=True)
+    # The action: one key per (episode, turn).
+    keys = jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(rng, e), t))(
+        episode_ids, turn)
+    action_offsets = cache.lengths
+    cache, out = decode(config, sampling, max_action_tokens, pad_id, params, cache, logits, keys,
+                        budgets, stop_sequences, eos_ids)
+    n = out.num_generated
+    tokens = _write_rows(tokens, out.tokens, action_offsets, n)
+    action_mask = _write_rows(action_mask, jnp.ones(out.tokens.shape, bool), action_offsets, n)
+    logprobs = _write_rows(logprobs, out.policy_logprobs, action_offsets, n)
+    turn_index = _write_rows(turn_index, jnp.broadcast_to(turn[:, None], out.tokens.shape),
+                             action_offsets, n)
+    head = SlotState(cache, tokens, action_mask, logprobs, turn_index)
+    return _put_head(state, head), TurnOutput(out.tokens, n, out.finish_reason)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def copy_slots(state: SlotState, src: jax.Array, dst: jax.Array) -> SlotState:
+    """Copies whole slots src[i] -> dst[i] (all reads before any write): the fork primitive, and
+    how the engine keeps live episodes packed at the front."""
+    return _map_rows(lambda x: x.at[dst].set(x[src]), state)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def clear_slots(state: SlotState, rows: jax.Array) -> SlotState:
+    """Empties slots for new episodes (length 0; stale buffers are overwritten as they refill)."""
+    cache = state.cache
+    return state._replace(cache=cache._replace(lengths=cache.lengths.at[rows].set(0)))
+
+
+@jax.jit
+def read_slots(state: SlotState, slots: jax.Array):
+    """(tokens, action_mask, logprobs, turn_index, lengths) of the given slots, for the host."""
+    return (state.tokens[slots], state.action_mask[slots], state.logprobs[slots],
+            state.turn_index[slots], state.cache.lengths[slots])

@@ -1,0 +1,206 @@
+"""The slot engine: recorded data against teacher forcing and replays, forks, packing, overflow."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import environments
+from jaxtree import models
+from jaxtree.rollout import RolloutConfig, SlotEngine, sample_independent
+from jaxtree.rollout import conversation
+from jaxtree.sampling import SamplingConfig
+from jaxtree.tokenizers import ByteTokenizer
+
+TOK = ByteTokenizer()
+SAMPLING = SamplingConfig(temperature=1.0)
+
+
+def frozen_lake(**options):
+    return lambda: environments.make("frozen_lake", style="compact", **options)
+
+
+def teacher_forced_logprobs(config, params, tokens, length):
+    """log p(token_t | tokens_<t) from one full forward over the final sequence."""
+    logits = models.forward(config, params, jnp.asarray(tokens[None, :length]))[0]
+    logp = jax.nn.log_softmax(logits[:-1], axis=-1)
+    return np.asarray(jnp.take_along_axis(logp, jnp.asarray(tokens[1:length, None]), axis=-1))[:, 0]
+
+
+def expected_framing(batch, i, make_env):
+    """Rebuilds episode i's token sequence from scratch: replay its own generated actions in a fresh
+    environment and frame every observation the way the engine must (never re-rendered)."""
+    env = make_env()
+    env.reset(int(batch.task_ids[i]))
+    tokens = batch.tokens[i, :batch.lengths[i]]
+    mask = batch.action_mask[i, :batch.lengths[i]]
+    expected = conversation.first_turn_tokens(TOK, env)
+    position = len(expected)
+    for turn in range(batch.num_turns[i]):
+        start = position
+        while position < len(tokens) and mask[position]:
+            position += 1
+        action = tokens[start:position].tolist()
+        expected += action
+        ended = bool(action) and action[-1] in (TOK.end_of_turn_id, TOK.eos_id)
+        observation, _, done, _ = env.step(conversation.action_text(TOK, action, ended))
+        if turn + 1 < batch.num_turns[i]:
+            expected += conversation.next_turn_tokens(TOK, observation, close_turn=not ended)
+            position = len(expected)
+    return expected
+
+
+@pytest.fixture(scope="module")
+def batch_and_engine(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=16, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    batch = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1, 2, 3],
+                               group_size=3)
+    return batch, engine
+
+
+def test_behaviour_logprobs_equal_teacher_forcing(tiny, batch_and_engine):
+    config, params = tiny
+    batch, _ = batch_and_engine
+    assert len(batch) == 12 and batch.action_mask.any()
+    for i in range(len(batch)):
+        n = batch.lengths[i]
+        ref = teacher_forced_logprobs(config, params, batch.tokens[i], n)
+        mask = batch.action_mask[i, 1:n]
+        np.testing.assert_allclose(batch.behaviour_logprobs[i, 1:n][mask], ref[mask], atol=1e-4)
+        assert np.all(batch.behaviour_logprobs[i][~batch.action_mask[i]] == 0)
+
+
+def test_action_mask_covers_exactly_the_generated_tokens(batch_and_engine):
+    batch, engine = batch_and_engine
+    for i in range(len(batch)):
+        n = batch.lengths[i]
+        expected = expected_framing(batch, i, frozen_lake())
+        assert batch.tokens[i, :n].tolist() == expected
+        # Every maximal run of generated tokens is one turn's action.
+        runs = [list(g) for k, g in itertools.groupby(batch.action_mask[i, :n]) if k]
+        assert len(runs) == batch.num_turns[i]
+        assert batch.action_mask[i].sum() == batch.response_lengths[i]
+        turn_of_actions = batch.turn_index[i, :n][batch.action_mask[i, :n]]
+        assert np.all(np.diff(turn_of_actions) >= 0)
+        assert np.all(batch.turn_index[i, n:] == -1)
+    assert engine.stats.generated_tokens == batch.action_mask.sum()
+
+
+def test_episodes_do_not_depend_on_their_slot(tiny, batch_and_engine):
+    """With 4 slots for 12 episodes (constant refilling and packing) every episode is identical
+    to the run with a slot each: randomness is keyed by (episode, turn), not by slot."""
+    config, params = tiny
+    batch, _ = batch_and_engine
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    packed = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1, 2, 3],
+                                group_size=3)
+    np.testing.assert_array_equal(packed.episode_ids, batch.episode_ids)
+    np.testing.assert_array_equal(packed.tokens, batch.tokens)
+    np.testing.assert_array_equal(packed.action_mask, batch.action_mask)
+    np.testing.assert_allclose(packed.behaviour_logprobs, batch.behaviour_logprobs, atol=1e-5)
+    assert max(engine.stats.rows_per_turn) <= 4
+
+
+def test_finished_episodes_stop_consuming_decode_work(tiny):
+    config, params = tiny
+    limits = itertools.cycle([2, 5, 9])
+    engine = SlotEngine(config, TOK, lambda: environments.make(
+        "frozen_lake", style="compact", size=2, max_steps=next(limits)), RolloutConfig(
+        num_slots=16, context_length=512, max_action_tokens=4, sampling=SAMPLING))
+    batch = sample_independent(engine, params, jax.random.key(1), task_ids=range(12), group_size=1)
+    assert sorted(batch.num_turns.tolist()) == [2] * 4 + [5] * 4 + [9] * 4
+    # 12 live episodes use a 16-row bucket, 8 then use 8 rows, the last 4 use 4 rows.
+    assert engine.stats.rows_per_turn == [16, 16, 8, 8, 8, 4, 4, 4, 4]
+    assert engine.stats.slot_turns == sum(engine.stats.rows_per_turn) < 9 * 16
+
+
+def test_fork_continues_from_the_parent_state(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, frozen_lake(slippery=True), RolloutConfig(
+        num_slots=8, context_length=512, max_action_tokens=5, sampling=SAMPLING))
+    engine.begin(params, jax.random.key(2))
+    parent = engine.add_episode(task_id=7)
+    engine.play_turn()
+    engine.play_turn()
+    before = engine.episodes[parent]
+    prefix = before.length
+    children = engine.fork(parent, 2)
+    for c in children:
+        child = engine.episodes[c]
+        assert child.parent_id == parent and child.fork_turn == 2
+        assert child.env is not before.env
+        assert child.env.render() == before.env.render()
+        assert child.rewards == before.rewards
+    engine.run()
+    batch = engine.collect()
+    rows = {eid: i for i, eid in enumerate(batch.episode_ids)}
+    p = rows[parent]
+    for c in children:
+        i = rows[c]
+        assert batch.parent_ids[i] == parent and batch.fork_turns[i] == 2
+        np.testing.assert_array_equal(batch.tokens[i, :prefix], batch.tokens[p, :prefix])
+        # Continuing from the copied cache gives the logits of a replay from scratch.
+        ref = teacher_forced_logprobs(config, params, batch.tokens[i], batch.lengths[i])
+        mask = batch.action_mask[i, 1:batch.lengths[i]]
+        np.testing.assert_allclose(batch.behaviour_logprobs[i, 1:batch.lengths[i]][mask],
+                                   ref[mask], atol=1e-4)
+    # Children sample independently of each other after the fork.
+    assert not np.array_equal(batch.tokens[rows[children[0]]], batch.tokens[rows[children[1]]])
+
+
+def test_fork_needs_free_slots_and_a_live_parent(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=2, context_length=256, max_action_tokens=4, sampling=SAMPLING))
+    engine.begin(params, jax.random.key(3))
+    a = engine.add_episode(0)
+    engine.add_episode(1)
+    engine.play_turn()
+    with pytest.raises(ValueError, match="free slots"):
+        engine.fork(a, 1)
+    engine.stop(a)
+    with pytest.raises(ValueError, match="not live"):
+        engine.fork(a, 1)
+    engine.run()
+    batch = engine.collect()
+    assert batch.truncated[list(batch.episode_ids).index(a)]
+
+
+def test_context_overflow_ends_the_episode_truncated(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=4, context_length=128, max_action_tokens=8, sampling=SAMPLING))
+    batch = sample_independent(engine, params, jax.random.key(4), task_ids=[0, 1], group_size=2)
+    assert np.all(batch.truncated)
+    assert all(info.get("context_full") for info in batch.infos)
+    assert np.all(batch.num_turns < 10) and np.all(batch.lengths <= 128)
+    # A prompt longer than the whole context ends before the first action.
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=2, context_length=32, max_action_tokens=8, sampling=SAMPLING))
+    batch = sample_independent(engine, params, jax.random.key(5), task_ids=[0], group_size=1)
+    assert batch.num_turns[0] == 0 and batch.truncated[0]
+
+
+def test_verifier_is_recorded_when_asked(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
+        num_slots=4, context_length=256, max_action_tokens=4, sampling=SAMPLING,
+        record_verifier=True))
+    batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
+    for i in range(len(batch)):
+        k = batch.num_turns[i]
+        assert np.all(np.isin(batch.turn_verified[i, :k], [0.0, 1.0]))
+        # An action that did not parse is never oracle-valid.
+        assert np.all(batch.turn_verified[i, :k][~batch.turn_valid[i, :k]] == 0)
+
+
+def test_rollout_config_validation():
+    with pytest.raises(ValueError, match="num_slots"):
+        RolloutConfig(num_slots=0)
+    with pytest.raises(ValueError, match="max_action_tokens"):
+        RolloutConfig(context_length=16, max_action_tokens=16)

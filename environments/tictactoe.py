@@ -350,7 +350,8 @@ class TicTacToe(TextEnv):
         return float(outcome), True, outcome == 1
 
     def metrics(self) -> dict:
-        return {"return": float(self.outcome)}
+        """The game return so far and who moved first (evaluations report returns per mover)."""
+        return {"return": float(self.outcome), "first_mover": self.agent_mark == "X"}
 
     def format_action(self, action: tuple[int, int]) -> str:
         row, col = action

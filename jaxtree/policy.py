@@ -1,4 +1,4 @@
-"""Resolving a `--model` argument into (config, params, tokenizer)."""
+"""Resolving a `--model` / `--checkpoint` argument into (config, params, tokenizer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import jax
 
 from jaxtree import models
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
-from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer
+from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
+from jaxtree.train.checkpoints import is_policy_checkpoint, load_policy_checkpoint
 
 
 @dataclasses.dataclass
@@ -18,13 +19,17 @@ class Policy:
     params: dict
     tokenizer: Tokenizer
     source: str  # 'random init (preset NAME, seed S)' or the checkpoint directory
+    tokenizer_spec: str = "byte"  # 'byte' or the tokenizer directory (recorded in checkpoints)
 
 
 def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
-    """A preset name (random initialisation from `seed`) or a local Hugging Face checkpoint directory.
+    """A preset name (random initialisation from `seed`), a jaxtree checkpoint (a workdir, its
+    `checkpoints` directory or one step directory) or a local Hugging Face checkpoint directory.
 
-    dtype defaults to float32 on CPU and bfloat16 on accelerators. Presets with the byte vocabulary come with the ByteTokenizer; a checkpoint directory must hold
-    its tokenizer files next to config.json and the weights.
+    dtype defaults to float32 on CPU and bfloat16 on accelerators (a jaxtree checkpoint keeps the
+    dtype it was trained with unless one is given). Presets with the byte vocabulary come with the
+    ByteTokenizer; a Hugging Face directory must hold its tokenizer files next to config.json and
+    the weights.
     """
     if spec in PRESETS:
         config = models.get_preset(spec, dtype=dtype)
@@ -33,8 +38,14 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
                              "with its tokenizer files instead")
         params = models.init_params(config, jax.random.key(seed))
         return Policy(config, params, ByteTokenizer(), f"random init (preset {spec}, seed {seed})")
+    if os.path.isdir(spec) and is_policy_checkpoint(spec):
+        config, params, tokenizer_spec, _ = load_policy_checkpoint(spec)
+        if dtype is not None:
+            config = config.replace(dtype=dtype, param_dtype=dtype)
+            params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
+        return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec)
     if os.path.isdir(spec):
         config, params = models.load_pretrained(spec, dtype=dtype)
-        return Policy(config, params, HFTokenizer(spec), spec)
+        return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
     raise ValueError(f"--model={spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an "
-                     "existing checkpoint directory")
+                     "existing checkpoint directory (jaxtree or Hugging Face)")

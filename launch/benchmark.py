@@ -3,6 +3,7 @@
     python -m launch.benchmark sampler                      # the full table (several minutes)
     python -m launch.benchmark sampler --models=tiny --batches=1,16 --repeats=3
     python -m launch.benchmark envs --episodes=50
+    python -m launch.benchmark rollout --slots=64,256 --rollout_episodes=512
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-_BENCHMARKS = ("sampler", "envs")
+_BENCHMARKS = ("sampler", "envs", "rollout")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
@@ -25,6 +26,10 @@ _BASELINE = flags.DEFINE_boolean("baseline", True, "Also time the transformers b
 _EPISODES = flags.DEFINE_integer("episodes", 50, "envs: oracle-played episodes timed per environment.")
 _POLICY_SEEDS = flags.DEFINE_integer("policy_seeds", 200,
                                      "envs: seeds for the oracle and random success rates.")
+_SLOTS = flags.DEFINE_list("slots", ["64", "256"], "rollout: slot counts.")
+_ROLLOUT_EPISODES = flags.DEFINE_integer("rollout_episodes", 512, "rollout: episodes per run.")
+_ENV = flags.DEFINE_string("env", "frozen_lake", "rollout: environment.")
+_ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per action.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -45,6 +50,11 @@ def main(argv):
         from launch.benchmarks import envs  # noqa: PLC0415
 
         envs.run(_EPISODES.value, _POLICY_SEEDS.value, output)
+    elif name == "rollout":
+        from launch.benchmarks import rollout  # noqa: PLC0415
+
+        rollout.run([int(s) for s in _SLOTS.value], _ROLLOUT_EPISODES.value, _ENV.value,
+                    _ACTION_TOKENS.value, output)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,19 @@ class ModelConfig:
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (checkpoint metadata); `from_dict` inverts it."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelConfig":
+        data = dict(data)
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}")
+        data["rope_scaling"] = tuple(tuple(pair) for pair in data.get("rope_scaling", ()))
+        return cls(**data)
+
     def num_params(self) -> int:
         """Number of parameters, counted from the architecture (no arrays needed)."""
         d, f, h, k, dh = (self.hidden_size, self.intermediate_size, self.num_heads,

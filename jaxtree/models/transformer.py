@@ -122,14 +122,13 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Ar
 
 
 def attention_spans(capacity: int, smallest: int = 128) -> tuple[int, ...]:
-    """Static key spans the cached attention chooses from: smallest * 2^i up to a third of the
-    capacity, then the capacity itself (e.g. 1000 -> (128, 256, 1000); 144 -> (144,)).
+    """Static key spans the cached attention chooses from: smallest * 2^i up to half the capacity,
+    then the capacity itself (e.g. 1000 -> (128, 256, 512, 1000); 144 -> (144,)).
 
     A span shorter than the capacity costs a copy of that prefix of the cache (XLA:CPU does not fuse
-    the slice into the matmul), about three times the traffic of reading the prefix once, so only
-    spans under a third of the capacity are worth a branch."""
+    the slice into the matmul), so a branch only pays when it at least halves the keys read."""
     spans, span = [], smallest
-    while 3 * span <= capacity:
+    while 2 * span <= capacity:
         spans.append(span)
         span *= 2
     return tuple(spans) + (capacity,)

@@ -1,0 +1,1 @@
+"""Training: supervised warm start, checkpoints (the RL update step joins here)."""

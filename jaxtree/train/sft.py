@@ -1,0 +1,80 @@
+"""Supervised warm start: masked next-token cross-entropy on demonstrated actions only.
+
+Shapes: B sequences of T tokens; `mask[b, t]` is True where token t is part of a demonstrated action
+(the loss is on predicting those tokens; prompts and observations are context only).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.transformer import Transformer
+
+
+def masked_nll(config: ModelConfig, params, tokens: jax.Array, mask: jax.Array):
+    """Mean negative log-likelihood of the masked tokens given everything before them.
+
+    Args:
+      tokens: int32[B, T]; mask: bool[B, T].
+
+    Returns:
+      (loss float32[], metrics {'loss', 'token_accuracy', 'target_tokens'}).
+    """
+    logits, _ = Transformer(config).apply({"params": params}, tokens[:, :-1])
+    targets = tokens[:, 1:]
+    weights = mask[:, 1:].astype(jnp.float32)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    count = jnp.maximum(weights.sum(), 1.0)
+    loss = (nll * weights).sum() / count
+    accuracy = ((jnp.argmax(logits, axis=-1) == targets) * weights).sum() / count
+    return loss, {"loss": loss, "token_accuracy": accuracy, "target_tokens": weights.sum()}
+
+
+def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int,
+                   weight_decay: float = 0.0, max_grad_norm: float = 1.0):
+    """AdamW with linear warm-up then cosine decay, after global-norm gradient clipping."""
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, learning_rate, max(warmup_steps, 1), max(total_steps, warmup_steps + 1),
+        end_value=learning_rate * 0.1)
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
+                       optax.adamw(schedule, weight_decay=weight_decay))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "optimizer"),
+                   donate_argnames=("params", "opt_state"))
+def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, params, opt_state,
+             tokens: jax.Array, mask: jax.Array):
+    """One optimizer step; a non-finite loss or gradient leaves params and state unchanged and
+    reports `skipped` = 1."""
+    (loss, metrics), grads = jax.value_and_grad(masked_nll, argnums=1, has_aux=True)(
+        config, params, tokens, mask)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(finite, new, old)
+    params = jax.tree_util.tree_map(keep, new_params, params)
+    opt_state = jax.tree_util.tree_map(keep, new_opt_state, opt_state)
+    metrics = dict(metrics, grad_norm=grad_norm, skipped=(~finite).astype(jnp.int32))
+    return params, opt_state, metrics
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], pad_id: int,
+              multiple: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pads to the longest sequence rounded up to `multiple` (few distinct shapes, so few
+    compilations, with less padding than powers of two): int32[B, T], bool[B, T]."""
+    width = -(-max(len(s) for s in sequences) // multiple) * multiple
+    tokens = np.full((len(sequences), width), pad_id, np.int32)
+    mask = np.zeros((len(sequences), width), bool)
+    for i, (seq, m) in enumerate(zip(sequences, masks)):
+        tokens[i, :len(seq)] = seq
+        mask[i, :len(m)] = m
+    return tokens, mask

@@ -1,0 +1,57 @@
+"""Rollout throughput of the slot engine: environment turns/s, generated tokens/s, host share.
+
+The tiny model (random weights, so every action runs to the per-turn token limit: the most decode
+work per turn) plays `episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
+a warm-up rollout that compiles every shape. Host time is the engine's tokenize + environment step
++ detokenize + bookkeeping; device time is the wall time of its device calls (dispatch to results
+on the host).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+
+import environments
+from jaxtree import models
+from jaxtree.rollout.engine import RolloutConfig, SlotEngine
+from jaxtree.rollout.independent import sample_independent
+from jaxtree.sampling.logits_processing import SamplingConfig
+from jaxtree.tokenizers import ByteTokenizer
+from launch.benchmarks.common import print_table, write_json
+
+
+def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output: str) -> None:
+    config = models.get_preset("tiny")
+    params = models.init_params(config, jax.random.key(0))
+    tokenizer = ByteTokenizer()
+    make_env = lambda: environments.make(env_name, style="compact")  # noqa: E731
+    results, rows = [], []
+    for slots in slots_list:
+        engine = SlotEngine(config, tokenizer, make_env, RolloutConfig(
+            num_slots=slots, context_length=512, max_action_tokens=max_action_tokens,
+            sampling=SamplingConfig(temperature=1.0)))
+        sample_independent(engine, params, jax.random.key(1), range(episodes), 1)  # compile
+        start = time.perf_counter()
+        batch = sample_independent(engine, params, jax.random.key(2), range(episodes), 1)
+        wall = time.perf_counter() - start
+        st = engine.stats
+        entry = {"env": env_name, "slots": slots, "episodes": len(batch), "wall_seconds": wall,
+                 "env_turns_per_s": st.env_steps / wall,
+                 "generated_tokens_per_s": st.generated_tokens / wall,
+                 "host_share": st.host_seconds / wall, "device_share": st.device_seconds / wall,
+                 "tokenize_seconds": st.tokenize_seconds, "env_seconds": st.env_seconds,
+                 "detokenize_seconds": st.detokenize_seconds,
+                 "other_host_seconds": st.other_host_seconds,
+                 "device_seconds": st.device_seconds, "engine_turns": st.turns}
+        results.append(entry)
+        rows.append([env_name, slots, len(batch), wall, entry["env_turns_per_s"],
+                     entry["generated_tokens_per_s"], f"{entry['host_share']:.1%}",
+                     f"{entry['device_share']:.1%}"])
+        print(f"  {slots} slots: done", flush=True)
+    print(f"\nrollout: tiny model (random weights), {env_name} compact, "
+          f"{max_action_tokens} tokens per action")
+    table = print_table(["env", "slots", "episodes", "seconds", "env turns/s", "tokens/s",
+                         "host share", "device share"], rows)
+    write_json(output, {"benchmark": "rollout", "results": results, "table": table})

@@ -1,0 +1,89 @@
+"""Evaluates a policy on held-out tasks, next to the oracle and a random policy.
+
+    python -m launch.evaluate --config=configs/frozen_lake_sft.py --checkpoint=/tmp/fl_sft
+
+--checkpoint is a jaxtree workdir / checkpoint, a Hugging Face directory or a preset (default:
+config.model.name). Tasks are the fixed held-out seeds (`jaxtree.tasks.eval_seeds`), disjoint from
+every training seed; each is played `eval.samples_per_task` times. Prints a table and writes JSON
+(--output, default <checkpoint>/eval.json for a checkpoint directory, else ./eval.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+from jaxtree import evaluation
+from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.independent import sample_independent
+from jaxtree.tasks import eval_seeds
+from launch.benchmarks.common import print_table
+from launch.common import ConfigError, env_factory, policy_from_config, require, rollout_config
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
+                                          lock_config=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Policy to evaluate (default: "
+                                  "config.model.name).")
+_OUTPUT = flags.DEFINE_string("output", None, "JSON output path.")
+
+
+def run(config, checkpoint: str | None, output: str | None) -> dict:
+    e = config.eval
+    require(e.num_tasks > 0, "eval.num_tasks", f"{e.num_tasks} must be positive")
+    require(e.samples_per_task > 0, "eval.samples_per_task", "must be positive")
+    make_env = env_factory(config)
+    policy = policy_from_config(config, checkpoint)
+    tasks = eval_seeds(e.num_tasks)
+    k = e.samples_per_task
+
+    start = time.perf_counter()
+    engine = SlotEngine(policy.config, policy.tokenizer, make_env,
+                        rollout_config(config, temperature=e.temperature))
+    batch = sample_independent(engine, policy.params, jax.random.key(e.seed), tasks, k)
+    rows = {"policy": evaluation.metrics(evaluation.summaries_from_batch(batch), k)}
+    seconds = time.perf_counter() - start
+    for reference in ("oracle", "random"):
+        rows[reference] = evaluation.metrics(
+            evaluation.play_reference(make_env, tasks, reference, k, seed=e.seed), k)
+
+    columns = list(rows["policy"])
+    for name in ("oracle", "random"):
+        columns += [c for c in rows[name] if c not in columns]
+    print(f"evaluation of {policy.source} on {config.env.name}: {e.num_tasks} held-out tasks x "
+          f"{k} samples, temperature {e.temperature} ({seconds:.0f}s)")
+    print_table(["policy"] + columns,
+                [[name] + [_fmt(row.get(c)) for c in columns] for name, row in rows.items()])
+    result = {"checkpoint": policy.source, "env": config.env.to_dict(), "eval": e.to_dict(),
+              "seconds": seconds, "rows": rows}
+    if output is None:
+        base = checkpoint if checkpoint and os.path.isdir(checkpoint) else "."
+        output = os.path.join(base, "eval.json")
+    with open(output, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {output}")
+    return result
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) and abs(value) < 100 else str(value)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        run(_CONFIG.value, _CHECKPOINT.value, _OUTPUT.value)
+    except (ConfigError, FileNotFoundError) as e:
+        raise app.UsageError(str(e)) from e
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("config")
+    app.run(main)

@@ -65,3 +65,64 @@ def test_environment_benchmark_writes_its_table_and_json(tmp_path):
     assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper"}
     for row in report["results"]:
         assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1
+
+
+@pytest.mark.slow
+def test_sft_then_evaluate(tmp_path):
+    workdir = tmp_path / "sft"
+    proc = _run("launch.sft", "--config=configs/frozen_lake_sft.py", f"--workdir={workdir}",
+                "--config.sft.num_episodes=32", "--config.sft.steps=4", "--config.sft.log_every=2",
+                "--config.sft.warmup_steps=1")
+    assert proc.returncode == 0, proc.stderr
+    assert (workdir / "checkpoints" / "4").is_dir()
+    metrics = [json.loads(line) for line in (workdir / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [2, 4]
+    proc = _run("launch.evaluate", "--config=configs/frozen_lake_sft.py", f"--checkpoint={workdir}",
+                "--config.eval.num_tasks=4", "--config.eval.samples_per_task=2",
+                "--config.rollout.num_slots=8")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((workdir / "eval.json").read_text())
+    assert set(report["rows"]) == {"policy", "oracle", "random"}
+    assert report["rows"]["oracle"]["success_rate"] == 1.0
+    assert report["rows"]["policy"]["episodes"] == 8
+
+
+@pytest.mark.slow
+def test_sft_rejects_invalid_config_values(tmp_path):
+    proc = _run("launch.sft", "--config=configs/frozen_lake_sft.py", f"--workdir={tmp_path}",
+                "--config.sft.epsilon=1.5")
+    assert proc.returncode != 0 and "config.sft.epsilon" in proc.stderr
+    proc = _run("launch.sft", "--config=configs/frozen_lake_sft.py", f"--workdir={tmp_path}",
+                "--config.sft.epsilonn=0.1")
+    assert proc.returncode != 0 and "epsilonn" in proc.stderr
+    proc = _run("launch.evaluate", "--config=configs/frozen_lake_sft.py",
+                f"--checkpoint={tmp_path / 'nothing'}")
+    assert proc.returncode != 0 and "nothing" in proc.stderr
+
+
+@pytest.mark.parametrize("config", ["sokoban_sft", "countdown_sft", "tictactoe_sft",
+                                    "sudoku4_sft", "minesweeper_sft"])
+def test_every_environment_config_warm_starts(config, tmp_path):
+    """The warm start runs for every environment with an oracle (two steps each, in process)."""
+    import importlib.util
+
+    from launch import sft
+
+    spec = importlib.util.spec_from_file_location(config, f"configs/{config}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config()
+    cfg.sft.num_episodes, cfg.sft.steps, cfg.sft.warmup_steps, cfg.sft.batch_size = 8, 2, 1, 4
+    path = sft.run(cfg, str(tmp_path))
+    assert path.endswith("checkpoints/2")
+
+
+@pytest.mark.slow
+def test_rollout_benchmark_reports_host_share(tmp_path):
+    out = tmp_path / "rollout.json"
+    proc = _run("launch.benchmark", "rollout", "--slots=8", "--rollout_episodes=8",
+                "--action_tokens=4", f"--output={out}")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(out.read_text())["results"][0]
+    assert row["episodes"] == 8 and row["env_turns_per_s"] > 0
+    assert 0 < row["host_share"] < 1 and 0 < row["device_share"] <= 1

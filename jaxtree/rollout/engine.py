@@ -108,6 +108,7 @@ class RolloutStats:
     turns: int = 0                    # engine turns (device calls)
     env_steps: int = 0                # environment steps over all episodes
     generated_tokens: int = 0
+    observation_tokens: int = 0       # prompt and observation tokens appended to caches
     slot_turns: int = 0               # sum over turns of the rows each device call covered
     rows_per_turn: list[int] = dataclasses.field(default_factory=list)
 
@@ -264,6 +265,7 @@ class SlotEngine:
         episode_ids = np.zeros(rows, np.int32)
         budgets = np.zeros(rows, np.int32)
         for e in live:
+            self.stats.observation_tokens += len(e.pending)
             chunk[e.slot, :len(e.pending)] = e.pending
             chunk_lengths[e.slot] = len(e.pending)
             turns[e.slot] = e.num_turns

@@ -53,12 +53,18 @@ def save_policy(workdir: str, step: int, params, model_config: ModelConfig, toke
     return os.path.join(os.path.abspath(workdir), CHECKPOINTS, str(step))
 
 
+def _is_step_dir(path: str) -> bool:
+    return os.path.basename(path).isdigit() and (
+        os.path.basename(os.path.dirname(path)) == CHECKPOINTS
+        or os.path.isdir(os.path.join(path, "params")))
+
+
 def is_policy_checkpoint(path: str) -> bool:
     """A workdir with checkpoints, a checkpoints directory, or one step directory."""
     path = os.path.abspath(path)
     return (os.path.isdir(os.path.join(path, CHECKPOINTS))
             or (os.path.isdir(path) and os.path.basename(path) == CHECKPOINTS)
-            or os.path.isdir(os.path.join(path, "params")))
+            or _is_step_dir(path))
 
 
 def _resolve(path: str) -> tuple[str, int]:
@@ -66,10 +72,8 @@ def _resolve(path: str) -> tuple[str, int]:
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise CheckpointNotFoundError(f"checkpoint path {path!r} does not exist")
-    if os.path.isdir(os.path.join(path, "params")):
+    if _is_step_dir(path):
         parent, step = os.path.split(path)
-        if not step.isdigit():
-            raise CheckpointNotFoundError(f"{path} is not a numbered checkpoint step directory")
         return parent, int(step)
     root = path if os.path.basename(path) == CHECKPOINTS else os.path.join(path, CHECKPOINTS)
     steps = ocp.CheckpointManager(root).all_steps() if os.path.isdir(root) else []

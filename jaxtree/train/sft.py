@@ -56,7 +56,7 @@ def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, param
     reports `skipped` = 1."""
     (loss, metrics), grads = jax.value_and_grad(masked_nll, argnums=1, has_aux=True)(
         config, params, tokens, mask)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)

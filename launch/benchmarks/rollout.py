@@ -4,7 +4,8 @@ The tiny model (random weights, so every action runs to the per-turn token limit
 work per turn) plays `episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
 a warm-up rollout that compiles every shape. Host time is the engine's tokenize + environment step
 + detokenize + bookkeeping; device time is the wall time of its device calls (dispatch to results
-on the host).
+on the host). Processed tokens count the observation tokens appended to the caches as well as the
+generated ones: in multi-turn play most device work is reading observations, not writing actions.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output
         entry = {"env": env_name, "slots": slots, "episodes": len(batch), "wall_seconds": wall,
                  "env_turns_per_s": st.env_steps / wall,
                  "generated_tokens_per_s": st.generated_tokens / wall,
+                 "processed_tokens_per_s": (st.generated_tokens + st.observation_tokens) / wall,
                  "host_share": st.host_seconds / wall, "device_share": st.device_seconds / wall,
                  "tokenize_seconds": st.tokenize_seconds, "env_seconds": st.env_seconds,
                  "detokenize_seconds": st.detokenize_seconds,
@@ -47,11 +49,13 @@ def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output
                  "device_seconds": st.device_seconds, "engine_turns": st.turns}
         results.append(entry)
         rows.append([env_name, slots, len(batch), wall, entry["env_turns_per_s"],
-                     entry["generated_tokens_per_s"], f"{entry['host_share']:.1%}",
+                     entry["generated_tokens_per_s"], entry["processed_tokens_per_s"],
+                     f"{entry['host_share']:.1%}",
                      f"{entry['device_share']:.1%}"])
         print(f"  {slots} slots: done", flush=True)
     print(f"\nrollout: tiny model (random weights), {env_name} compact, "
           f"{max_action_tokens} tokens per action")
-    table = print_table(["env", "slots", "episodes", "seconds", "env turns/s", "tokens/s",
-                         "host share", "device share"], rows)
+    table = print_table(["env", "slots", "episodes", "seconds", "env turns/s",
+                         "generated tokens/s", "processed tokens/s", "host share", "device share"],
+                        rows)
     write_json(output, {"benchmark": "rollout", "results": results, "table": table})

@@ -1,0 +1,64 @@
+"""Evaluation metrics against brute force and hand-checked episodes."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import environments
+from jaxtree import evaluation
+from jaxtree.evaluation import EpisodeSummary
+from jaxtree.tasks import EVAL_SEED_BASE, eval_seeds, train_seeds
+
+
+@pytest.mark.parametrize("n,c,k", [(n, c, k) for n in range(1, 7) for c in range(n + 1)
+                                   for k in range(1, n + 1)])
+def test_pass_at_k_equals_subset_enumeration(n, c, k):
+    """pass@k = the fraction of size-k subsets of the n samples holding at least one success."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(samples, k))
+    expected = sum(any(s) for s in subsets) / len(subsets)
+    assert evaluation.pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_metrics_of_hand_made_episodes():
+    episodes = [
+        EpisodeSummary(1, True, 3, 0, {"completion_rate": 1.0}, response_tokens=9),
+        EpisodeSummary(1, False, 5, 2, {"completion_rate": 0.5}, response_tokens=20),
+        EpisodeSummary(2, False, 4, 1, {"completion_rate": 0.25}, response_tokens=11),
+        EpisodeSummary(2, False, 4, 0, {"completion_rate": 0.25}, response_tokens=12),
+    ]
+    m = evaluation.metrics(episodes, k=2)
+    assert m["success_rate"] == 0.25
+    assert m["pass@1"] == pytest.approx((0.5 + 0.0) / 2)
+    assert m["pass@2"] == pytest.approx((1.0 + 0.0) / 2)
+    assert m["mean_turns"] == 4.0
+    assert m["invalid_rate"] == pytest.approx(3 / 16)
+    assert m["response_tokens"] == pytest.approx(52 / 16)
+    assert m["completion_rate"] == pytest.approx(0.5)
+
+
+def test_tictactoe_returns_are_split_by_mover():
+    episodes = [EpisodeSummary(0, True, 3, 0, {"return": 1.0, "first_mover": True}),
+                EpisodeSummary(1, False, 4, 0, {"return": 0.0, "first_mover": True}),
+                EpisodeSummary(2, False, 3, 0, {"return": -1.0, "first_mover": False})]
+    m = evaluation.metrics(episodes, k=1)
+    assert m["return_first_mover"] == 0.5 and m["return_second_mover"] == -1.0
+    assert "response_tokens" not in m and "first_mover" not in m
+
+
+def test_reference_rows():
+    make_env = lambda: environments.make("frozen_lake", style="compact")  # noqa: E731
+    tasks = eval_seeds(30)
+    oracle = evaluation.metrics(evaluation.play_reference(make_env, tasks, "oracle", 2), k=2)
+    random = evaluation.metrics(evaluation.play_reference(make_env, tasks, "random", 2), k=2)
+    assert oracle["success_rate"] == 1.0 and oracle["invalid_rate"] == 0.0
+    assert random["success_rate"] < 0.3 and random["invalid_rate"] == 0.0
+    with pytest.raises(ValueError, match="policy"):
+        evaluation.play_reference(make_env, tasks, "greedy", 1)
+
+
+def test_training_and_evaluation_seeds_are_disjoint():
+    drawn = train_seeds(np.random.default_rng(0), 10_000)
+    assert max(drawn) < EVAL_SEED_BASE <= min(eval_seeds(5))
+    assert eval_seeds(3) == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]

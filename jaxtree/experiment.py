@@ -28,7 +28,7 @@ def base_config(env: str, env_options: dict, *, context_length: int, max_action_
         epsilon=epsilon, num_episodes=2048, steps=150, batch_size=16, learning_rate=3e-3,
         warmup_steps=15, weight_decay=0.0, max_grad_norm=1.0, seed=0, log_every=10))
     config.rollout = ml_collections.ConfigDict(dict(
-        num_slots=256, context_length=context_length, max_action_tokens=max_action_tokens,
+        num_slots=64, context_length=context_length, max_action_tokens=max_action_tokens,
         max_turns=0, temperature=1.0, top_k=0, top_p=1.0))
     config.eval = ml_collections.ConfigDict(dict(
         num_tasks=200, samples_per_task=4, temperature=1.0, seed=0))

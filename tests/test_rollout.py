@@ -111,12 +111,13 @@ def test_finished_episodes_stop_consuming_decode_work(tiny):
     limits = itertools.cycle([2, 5, 9])
     engine = SlotEngine(config, TOK, lambda: environments.make(
         "frozen_lake", style="compact", size=2, max_steps=next(limits)), RolloutConfig(
-        num_slots=16, context_length=512, max_action_tokens=4, sampling=SAMPLING))
-    batch = sample_independent(engine, params, jax.random.key(1), task_ids=range(12), group_size=1)
-    assert sorted(batch.num_turns.tolist()) == [2] * 4 + [5] * 4 + [9] * 4
-    # 12 live episodes use a 16-row bucket, 8 then use 8 rows, the last 4 use 4 rows.
-    assert engine.stats.rows_per_turn == [16, 16, 8, 8, 8, 4, 4, 4, 4]
-    assert engine.stats.slot_turns == sum(engine.stats.rows_per_turn) < 9 * 16
+        num_slots=64, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    batch = sample_independent(engine, params, jax.random.key(1), task_ids=range(48),
+                               group_size=1)
+    assert sorted(batch.num_turns.tolist()) == [2] * 16 + [5] * 16 + [9] * 16
+    # 48 live episodes use a 64-row bucket, 32 then use 32 rows, the last 16 use 16 rows.
+    assert engine.stats.rows_per_turn == [64, 64, 32, 32, 32, 16, 16, 16, 16]
+    assert engine.stats.slot_turns == sum(engine.stats.rows_per_turn) < 9 * 64
 
 
 def test_fork_continues_from_the_parent_state(tiny):

@@ -34,7 +34,8 @@ import numpy as np
 from environments.base import TextEnv
 from jaxtree.models.config import ModelConfig
 from jaxtree.rollout import conversation
-from jaxtree.rollout.slots import SlotState, clear_slots, copy_slots, init_slots, play_turn, read_slots
+from jaxtree.rollout.slots import (SlotState, clear_slots, copy_slots, init_slots, play_turn,
+                                   prefill_slots, read_slots)
 from jaxtree.rollout.trajectory import EpisodeRecord, TrajectoryBatch, assemble
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.sampling.sampler import CACHE_FULL, EOS, STOP_SEQUENCE, bucket_length
@@ -223,9 +224,7 @@ class SlotEngine:
             self.episodes[child.episode_id] = child
             self.slots.append(child.episode_id)
             children.append(child)
-        src = jnp.asarray([parent.slot] * num_children, jnp.int32)
-        dst = jnp.asarray([c.slot for c in children], jnp.int32)
-        self.state = copy_slots(self.state, src, dst)
+        self._copy_slots([parent.slot] * num_children, [c.slot for c in children])
         return [c.episode_id for c in children]
 
     def stop(self, episode_id: int) -> None:
@@ -257,7 +256,14 @@ class SlotEngine:
             live = self.live
             if not live:
                 return [e.episode_id for e in overflow]
-        rows = min(bucket_length(len(live), 1), self.rollout.num_slots)
+        self.stats.other_host_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        self._prefill_long(live)
+        self.stats.device_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        # Power-of-two row buckets, never below 16: a few idle rows cost less than compiling a
+        # program for every tail size of a rollout.
+        rows = min(bucket_length(len(live), 16), self.rollout.num_slots)
         width = bucket_length(max(len(e.pending) for e in live), 8)
         chunk = np.full((rows, width), self.tokenizer.pad_id, np.int32)
         chunk_lengths = np.zeros(rows, np.int32)
@@ -341,7 +347,10 @@ class SlotEngine:
             self.slots.append(e.episode_id)
             new_slots.append(e.slot)
         if new_slots:
-            self.state = clear_slots(self.state, jnp.asarray(new_slots, jnp.int32))
+            # Padded with repeats to a power-of-two count: a compiled program per bucket, not per
+            # count (clearing a slot twice is harmless).
+            padded = new_slots + [new_slots[0]] * (bucket_length(len(new_slots), 1) - len(new_slots))
+            self.state = clear_slots(self.state, jnp.asarray(padded, jnp.int32))
         self.stats.tokenize_seconds += time.perf_counter() - start
 
     def _retire(self, episodes: Sequence[Episode]) -> None:
@@ -371,12 +380,45 @@ class SlotEngine:
         holes = sorted(s for s in done_slots if s < len(keep))
         movers = [eid for eid in keep if self.episodes[eid].slot >= len(keep)]
         if movers:
-            src = [self.episodes[eid].slot for eid in movers]
-            self.state = copy_slots(self.state, jnp.asarray(src, jnp.int32),
-                                    jnp.asarray(holes, jnp.int32))
+            self._copy_slots([self.episodes[eid].slot for eid in movers], holes)
             for eid, hole in zip(movers, holes):
                 self.episodes[eid].slot = hole
         self.slots = sorted(keep, key=lambda eid: self.episodes[eid].slot)
+
+    def _copy_slots(self, src: list[int], dst: list[int]) -> None:
+        """Row copies src[i] -> dst[i], padded to a power-of-two count with self-copies of slots
+        that are no destination (so every write of a slot carries one value)."""
+        spare = [s for s in range(self.rollout.num_slots) if s not in set(dst)]
+        extra = bucket_length(len(dst), 1) - len(dst)
+        src, dst = src + spare[:extra], dst + spare[:extra]
+        self.state = copy_slots(self.state, jnp.asarray(src, jnp.int32),
+                                jnp.asarray(dst, jnp.int32))
+
+    def _prefill_long(self, live: list[Episode]) -> None:
+        """Prefills all but the last `width` pending tokens of episodes whose pending chunk is
+        longer than the shortest bucket, on their slots only (see `slots.prefill_slots`)."""
+        width = bucket_length(min(len(e.pending) for e in live), 8)
+        long = [e for e in live if len(e.pending) > width]
+        if not long:
+            return
+        count = min(bucket_length(len(long), 1), self.rollout.num_slots)
+        taken = {e.slot for e in long}
+        pad_slots = [s for s in range(self.rollout.num_slots) if s not in taken][:count - len(long)]
+        head_width = bucket_length(max(len(e.pending) - width for e in long), 8)
+        chunk = np.full((count, head_width), self.tokenizer.pad_id, np.int32)
+        lengths = np.zeros(count, np.int32)
+        turns = np.zeros(count, np.int32)
+        for i, e in enumerate(long):
+            head, e.pending = e.pending[:-width], e.pending[-width:]
+            chunk[i, :len(head)] = head
+            lengths[i] = len(head)
+            turns[i] = e.num_turns
+            e.length += len(head)
+            self.stats.observation_tokens += len(head)
+        slots = [e.slot for e in long] + pad_slots
+        self.state = prefill_slots(self.model_config, self.params, self.state,
+                                   jnp.asarray(slots, jnp.int32), jnp.asarray(chunk),
+                                   jnp.asarray(lengths), jnp.asarray(turns))
 
     def _stop_table(self, rows: int) -> jax.Array:
         if rows not in self._stop_rows:

@@ -101,6 +101,42 @@ def _write_rows(buffer: jax.Array, values: jax.Array, offsets: jax.Array,
     return buffer.at[rows, positions].set(values.astype(buffer.dtype), mode="drop")
 
 
+def _append_observation(config: ModelConfig, params, rows: SlotState, chunk: jax.Array,
+                        chunk_lengths: jax.Array, turn: jax.Array):
+    """Appends observation tokens to `rows` (not generated, log-prob 0, tagged with `turn`) and
+    runs them through the model. Returns (logits after each row's last new token [R, V], rows)."""
+    offsets = rows.cache.lengths
+    tokens = _write_rows(rows.tokens, chunk, offsets, chunk_lengths)
+    turn_index = _write_rows(rows.turn_index, jnp.broadcast_to(turn[:, None], chunk.shape),
+                             offsets, chunk_lengths)
+    action_mask = _write_rows(rows.action_mask, jnp.zeros(chunk.shape, bool), offsets,
+                              chunk_lengths)
+    logprobs = _write_rows(rows.logprobs, jnp.zeros(chunk.shape, jnp.float32), offsets,
+                           chunk_lengths)
+    logits, cache = Transformer(config).apply({"params": params}, chunk, rows.cache,
+                                              chunk_lengths, last_only=True)
+    return logits, SlotState(cache, tokens, action_mask, logprobs, turn_index)
+
+
+@functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("state",))
+def prefill_slots(config: ModelConfig, params, state: SlotState, slots: jax.Array,
+                  chunk: jax.Array, chunk_lengths: jax.Array, turn: jax.Array) -> SlotState:
+    """Appends long observations (a new episode's first prompt) to some slots only.
+
+    A turn's chunk is as wide as its longest observation; prefilling the long ones here, on just
+    their slots, keeps the turn's chunk short for everyone else.
+
+    Args:
+      slots: int32[K] distinct slot indices (padding entries are other slots with length 0).
+      chunk: int32[K, L]; chunk_lengths, turn: int32[K].
+    """
+    rows = _map_rows(lambda x: x[slots], state)
+    _, rows = _append_observation(config, params, rows, chunk, chunk_lengths, turn)
+    leaves = jax.tree_util.tree_leaves(state)
+    updated = [x.at[slots].set(r) for x, r in zip(leaves, jax.tree_util.tree_leaves(rows))]
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), updated)
+
+
 class TurnOutput(NamedTuple):
     """What the host needs after a turn: the action tokens to detokenize.
 
@@ -138,17 +174,8 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
       (new state, TurnOutput for the R slots).
     """
     head = _head(state, rows)
-    offsets = head.cache.lengths
-    # The observation: tokens, turn index, not generated.
-    tokens = _write_rows(head.tokens, chunk, offsets, chunk_lengths)
-    turn_rows = jnp.broadcast_to(turn[:, None], chunk.shape)
-    turn_index = _write_rows(head.turn_index, turn_rows, offsets, chunk_lengths)
-    action_mask = _write_rows(head.action_mask, jnp.zeros(chunk.shape, bool), offsets,
-                              chunk_lengths)
-    logprobs = _write_rows(head.logprobs, jnp.zeros(chunk.shape, jnp.float32), offsets,
-                           chunk_lengths)
-    logits, cache = Transformer(config).apply({"params": params}, chunk, head.cache,
-                                              chunk_lengths, last_only=True)
+    logits, head = _append_observation(config, params, head, chunk, chunk_lengths, turn)
+    cache, tokens, action_mask, logprobs, turn_index = head
     # The action: one key per (episode, turn).
     keys = jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(rng, e), t))(
         episode_ids, turn)

@@ -19,3 +19,21 @@ def train_seeds(rng: np.random.Generator, count: int) -> list[int]:
 def eval_seeds(count: int) -> list[int]:
     """The fixed held-out evaluation tasks: EVAL_SEED_BASE, EVAL_SEED_BASE + 1, ..."""
     return list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + count))
+
+
+class TaskSampler:
+    """Draws training task seeds from a numpy generator whose state can be checkpointed, so a
+    resumed run draws exactly the tasks the uninterrupted run would have."""
+
+    def __init__(self, seed: int):
+        self._rng = np.random.default_rng(seed)
+
+    def draw(self, count: int) -> list[int]:
+        return train_seeds(self._rng, count)
+
+    def state(self) -> dict:
+        """JSON-serialisable generator state."""
+        return self._rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self._rng.bit_generator.state = state

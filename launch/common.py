@@ -64,3 +64,18 @@ def policy_from_config(config: ml_collections.ConfigDict, spec: str | None = Non
 def workdir_path(workdir: str, *parts: str) -> str:
     os.makedirs(workdir, exist_ok=True)
     return os.path.join(workdir, *parts)
+
+
+def run_app(main) -> None:
+    """`absl.app.run(main)`, but a bad `--config.x.y=...` override (an unknown field, a value of
+    the wrong type) exits with a one-line message naming it instead of a traceback."""
+    import sys
+
+    from absl import app, flags
+
+    try:
+        flags.FLAGS(sys.argv)
+    except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
+        message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
+        sys.exit(f"invalid command-line flag or config override: {message}")
+    app.run(main)

@@ -23,7 +23,8 @@ from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.independent import sample_independent
 from jaxtree.tasks import eval_seeds
 from launch.benchmarks.common import print_table
-from launch.common import ConfigError, env_factory, policy_from_config, require, rollout_config
+from launch.common import (ConfigError, env_factory, policy_from_config, require, rollout_config,
+                           run_app)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -86,4 +87,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main)
+    run_app(main)

@@ -106,7 +106,7 @@ def test_every_environment_config_warm_starts(config, tmp_path):
     """The warm start runs for every environment with an oracle (two steps each, in process)."""
     import importlib.util
 
-    from launch import sft
+    from launch import warm_start as sft
 
     spec = importlib.util.spec_from_file_location(config, f"configs/{config}.py")
     module = importlib.util.module_from_spec(spec)

@@ -139,3 +139,30 @@ def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
         batch.turn_valid[i, :k] = r.valid
         batch.turn_verified[i, :k] = r.verified
     return batch
+
+
+def concatenate(batches: Sequence[TrajectoryBatch], pad_id: int) -> TrajectoryBatch:
+    """Stacks batches row-wise (e.g. several oversampling rounds), padding tokens and turns to the
+    widest. Group and episode ids are kept as they are: callers that merge independent rollouts
+    must have made them unique."""
+    if not batches:
+        raise ValueError("no batches to concatenate")
+    width = max(b.tokens.shape[1] for b in batches)
+    turns = max(b.turn_rewards.shape[1] for b in batches)
+    token_pad = {"tokens": pad_id, "action_mask": False, "behaviour_logprobs": 0.0,
+                 "turn_index": -1}
+    turn_pad = {"turn_rewards": 0.0, "turn_valid": False, "turn_verified": np.nan}
+    fields = {}
+    for f in dataclasses.fields(TrajectoryBatch):
+        values = [getattr(b, f.name) for b in batches]
+        if f.name == "infos":
+            fields[f.name] = [info for v in values for info in v]
+        elif f.name in token_pad or f.name in turn_pad:
+            target = width if f.name in token_pad else turns
+            fill = token_pad.get(f.name, turn_pad.get(f.name))
+            fields[f.name] = np.concatenate([
+                np.pad(v, ((0, 0), (0, target - v.shape[1])), constant_values=fill)
+                for v in values])
+        else:
+            fields[f.name] = np.concatenate(values)
+    return TrajectoryBatch(**fields)

@@ -103,3 +103,55 @@ def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
         mngr.close()
     params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
     return config, params, metadata.get("tokenizer", "byte"), metadata
+
+
+class TrainCheckpointer:
+    """Checkpoints of an RL run: `<workdir>/checkpoints/<step>/` with the items
+
+      params      the policy parameters (so every training checkpoint is also a policy checkpoint)
+      opt_state   the optimizer state
+      rng         the run's JAX key
+      trainer     JSON: training step, task-sampler state, anything else the loop needs to resume
+      metadata    JSON: model, tokenizer, config and package versions
+
+    Keeps the newest `max_to_keep`. Saving is synchronous: once `save` returns, the checkpoint is
+    complete on disk (what a preemption handler needs before the process exits).
+    """
+
+    def __init__(self, workdir: str, max_to_keep: int = 3):
+        self._manager = manager(workdir, max_to_keep)
+
+    def latest_step(self) -> int | None:
+        """The newest complete training checkpoint (one holding an optimizer state)."""
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            if os.path.isdir(os.path.join(self._manager.directory, str(step), "opt_state")):
+                return step
+        return None
+
+    def save(self, step: int, params, opt_state, rng: jax.Array, trainer: dict,
+             metadata: dict) -> None:
+        metadata = {**metadata, "versions": package_versions()}
+        self._manager.save(step, args=ocp.args.Composite(
+            params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
+            rng=ocp.args.JaxRandomKeySave(rng), trainer=ocp.args.JsonSave(trainer),
+            metadata=ocp.args.JsonSave(metadata)), force=True)
+        self._manager.wait_until_finished()
+
+    def restore(self, step: int, params_like, opt_state_like):
+        """(params, opt_state, rng, trainer dict) of checkpoint `step`, placed like the given
+        templates (arrays or ShapeDtypeStructs carrying their shardings)."""
+        abstract = lambda tree: jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+            tree)
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(abstract(params_like)),
+                opt_state=ocp.args.StandardRestore(abstract(opt_state_like)),
+                rng=ocp.args.JaxRandomKeyRestore(), trainer=ocp.args.JsonRestore()))
+        except (KeyError, TypeError, ValueError, FileNotFoundError, OSError) as e:
+            raise ValueError(f"training checkpoint {self._manager.directory}/{step} is incomplete "
+                             f"or corrupt: {type(e).__name__}: {e}") from e
+        return out["params"], out["opt_state"], out["rng"], out["trainer"]
+
+    def close(self) -> None:
+        self._manager.close()

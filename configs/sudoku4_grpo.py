@@ -1,0 +1,15 @@
+"""Sudoku 4x4 with 8 blanks (the tiny model's VPR task), tiny model: warm start (sudoku4_sft.py)
+then GRPO (PATR Eq. 1-2: group mean/std advantages, sequence-mean-token-mean loss, clip 0.2, KL
+coefficient 0.001); outcome reward only.
+
+    python -m launch.train --config=configs/sudoku4_grpo.py --workdir=/tmp/sudoku4_grpo
+
+8 tasks x 8 rollouts per step, learning rate 5e-4: the tiny model's values (the papers' 1e-6 is for
+0.5B-30B models).
+"""
+
+from jaxtree.experiment import rl_config, sibling_config
+
+
+def get_config():
+    return rl_config(sibling_config(__file__, "sudoku4_sft"), "grpo")

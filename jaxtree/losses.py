@@ -1,0 +1,214 @@
+"""Clipped policy-gradient losses with GRPO, DAPO and Dr.GRPO aggregation over action tokens.
+
+For rollout i with action tokens s_i (|s_i| of them) in a minibatch of G rollouts, the ratio
+ρ_{i,t} = π_θ(a_{i,t} | h) / π_θold(a_{i,t} | h) and the advantage A_{i,t}, the per-token
+clipped surrogate with decoupled clip range (clip-higher, DAPO) is
+
+    ℓ_{i,t} = min(ρ_{i,t} A_{i,t}, clip(ρ_{i,t}, 1 - ε_low, 1 + ε_high) A_{i,t}),
+
+and the objectives differ only in how ℓ is averaged over tokens:
+
+  seq-mean-token-mean  GRPO, PATR Eq. 2 and LATR Eq. 2:  J = (1/G) Σ_i (1/|s_i|) Σ_t ℓ_{i,t}
+  token-mean           DAPO, LATR Eq. 4:                 J = (1/Σ_i |s_i|) Σ_i Σ_t ℓ_{i,t}
+  seq-sum              Dr.GRPO (Liu et al., 2025):       J = (1/(G·C)) Σ_i Σ_t ℓ_{i,t}
+
+with C a constant (e.g. the generation budget in tokens), so that the weight of a token depends
+neither on the length of its own rollout nor on the lengths of the others.
+
+Each is Σ_{i,t} w_{i,t} ℓ_{i,t} with per-token weights w computed once over the whole minibatch
+(`aggregation_weights`). The loss of any subset of rows is then a plain weighted sum, so losses
+and gradients of micro-batches add up exactly to those of the minibatch, which is what gradient
+accumulation needs. Rows without action tokens (padding added to fill a micro-batch) get weight
+zero and are not counted in G.
+
+The minimised loss is
+
+    L = Σ_{i,t} w_{i,t} (-ℓ_{i,t} + β k3_{i,t} - c H_{i,t}),
+
+with the KL penalty of LATR Eq. 2 (GRPO) estimated per token by the k3 estimator of
+KL(π_θ || π_ref) on samples of π_θ (Schulman, 2020; DeepSeekMath, Shao et al., 2024, Eq. 4):
+
+    k3 = π_ref/π_θ - log(π_ref/π_θ) - 1,
+
+which is non-negative and unbiased, and an optional entropy bonus H (entropy of π_θ at the token).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import jax.numpy as jnp
+
+AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
+
+
+def aggregation_weights(mask, mode: str, norm_constant: float | None = None) -> jax.Array:
+    """Per-token weights w (float32[N, T]) of the aggregation `mode` over the whole minibatch.
+
+    mask: bool[N, T], True on action tokens. `mode` is one of AGGREGATIONS; "seq-sum" needs
+    `norm_constant` > 0 (C above). An all-empty mask gives all-zero weights.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {mode!r}; expected one of {', '.join(AGGREGATIONS)}")
+    if mode == "seq-sum":
+        if norm_constant is None:
+            raise ValueError("aggregation 'seq-sum' needs norm_constant > 0 "
+                             "(e.g. the generation budget in tokens)")
+        # A traced constant cannot be checked here; a Python or NumPy number can.
+        if isinstance(norm_constant, numbers.Real) and not norm_constant > 0:
+            raise ValueError(f"aggregation 'seq-sum' needs norm_constant > 0, got {norm_constant}")
+    mask = jnp.asarray(mask, dtype=bool)
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be [N, T], got shape {mask.shape}")
+    tokens = mask.astype(jnp.float32)
+    lengths = tokens.sum(axis=1)  # |s_i|
+    num_seqs = (lengths > 0).sum().astype(jnp.float32)  # G, padding rows excluded
+    # Counts are whole numbers, so max(count, 1) only changes a zero count, whose weights the
+    # token mask zeroes anyway: this keeps empty rows and an empty minibatch free of 0/0.
+    if mode == "seq-mean-token-mean":
+        per_row = 1.0 / (jnp.maximum(num_seqs, 1.0) * jnp.maximum(lengths, 1.0))
+        return tokens * per_row[:, None]
+    if mode == "token-mean":
+        return tokens / jnp.maximum(lengths.sum(), 1.0)
+    return tokens / (jnp.maximum(num_seqs, 1.0) * jnp.asarray(norm_constant, jnp.float32))
+
+
+def clipped_surrogate(logprobs, old_logprobs, advantages, eps_low, eps_high):
+    """Per-token clipped surrogate loss -ℓ and where the clip is active.
+
+    logprobs, old_logprobs, advantages: float32[N, T]. Returns (loss float32[N, T],
+    clipped bool[N, T]); `clipped` is True where clip(ρ) A < ρ A, i.e. the clipped branch is the
+    minimum and the gradient through ρ is zero.
+    """
+    logprobs = jnp.asarray(logprobs, jnp.float32)
+    advantages = jnp.asarray(advantages, jnp.float32)
+    ratio = jnp.exp(logprobs - jnp.asarray(old_logprobs, jnp.float32))
+    unclipped = ratio * advantages
+    clipped_value = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    clipped = clipped_value < unclipped
+    # Selecting the branch, rather than jnp.minimum, makes "clipped" and "zero gradient" the same
+    # set of tokens: on a tie (ρ exactly at a clip edge) jnp.minimum would average the slopes.
+    return -jnp.where(clipped, clipped_value, unclipped), clipped
+
+
+def _k3(log_ratio):
+    """exp(x) - x - 1 for x = log(p/q): the k3 estimate of KL(q || p) on samples of q."""
+    # expm1 keeps precision for small x, where exp(x) - 1 would cancel; the clamp removes the
+    # last-ulp negatives of a value that is >= 0 exactly.
+    return jnp.maximum(jnp.expm1(log_ratio) - log_ratio, 0.0)
+
+
+def kl_k3(logprobs, ref_logprobs) -> jax.Array:
+    """k3 estimate (float32[N, T]) of KL(π_θ || π_ref) at tokens sampled from π_θ.
+
+    logprobs: log π_θ, ref_logprobs: log π_ref, float32[N, T]. Non-negative.
+    """
+    return _k3(jnp.asarray(ref_logprobs, jnp.float32) - jnp.asarray(logprobs, jnp.float32))
+
+
+def policy_loss(logprobs, old_logprobs, advantages, weights, *, eps_low, eps_high,
+                ref_logprobs=None, kl_coef=0.0, entropy=None, entropy_coef=0.0):
+    """Weighted clipped policy loss of a minibatch or any of its micro-batches.
+
+    logprobs (π_θ), old_logprobs (behaviour policy), advantages, weights (from
+    `aggregation_weights` over the whole minibatch), ref_logprobs (π_ref, optional) and entropy
+    (of π_θ, optional): float32[N, T]. Tokens with weight 0 are not action tokens.
+
+    Returns (loss float32[], metrics) where loss = Σ w (-ℓ + kl_coef k3 - entropy_coef H), and
+    every metric is a float32[] sum, so metrics of micro-batches add up to those of the
+    minibatch (`summarize_loss_metrics` turns the sums into means):
+      tokens         number of action tokens
+      pg_loss        Σ w (-ℓ)
+      kl_loss        Σ w k3(π_θ, π_ref)  (0 without ref_logprobs)
+      entropy_loss   Σ w H               (0 without entropy)
+      clipped_sum    action tokens where the clip is active
+      ratio_sum      Σ ρ
+      approx_kl_sum  Σ (ρ - 1) - log ρ, the k3 estimate of KL(π_old || π_θ)
+      kl_sum         Σ k3(π_θ, π_ref)    (0 without ref_logprobs)
+      entropy_sum    Σ H                 (0 without entropy)
+    """
+    weights = jnp.asarray(weights, jnp.float32)
+    mask = weights > 0
+
+    def action(x):
+        # Padding may hold anything (e.g. -inf or huge log-ratios): zero it before exp so that
+        # neither the loss nor its gradient sees inf * 0 = NaN from a token of weight 0.
+        return jnp.where(mask, jnp.asarray(x, jnp.float32), 0.0)
+
+    def weighted(x):
+        return (weights * x).sum()
+
+    logprobs = action(logprobs)
+    old_logprobs = action(old_logprobs)
+    surrogate, clipped = clipped_surrogate(logprobs, old_logprobs, action(advantages),
+                                           eps_low, eps_high)
+    log_ratio = logprobs - old_logprobs
+    zero = jnp.zeros((), jnp.float32)
+
+    pg_loss = weighted(surrogate)
+    loss = pg_loss
+    kl_loss = kl_sum = zero
+    if ref_logprobs is not None:
+        kl = jnp.where(mask, kl_k3(logprobs, action(ref_logprobs)), 0.0)
+        kl_loss, kl_sum = weighted(kl), kl.sum()
+        loss = loss + kl_coef * kl_loss
+    entropy_loss = entropy_sum = zero
+    if entropy is not None:
+        entropy = action(entropy)
+        entropy_loss, entropy_sum = weighted(entropy), entropy.sum()
+        loss = loss - entropy_coef * entropy_loss
+
+    metrics = dict(
+        tokens=mask.sum().astype(jnp.float32),
+        pg_loss=pg_loss,
+        kl_loss=kl_loss,
+        entropy_loss=entropy_loss,
+        clipped_sum=(clipped & mask).sum().astype(jnp.float32),
+        ratio_sum=jnp.where(mask, jnp.exp(log_ratio), 0.0).sum(),
+        approx_kl_sum=jnp.where(mask, _k3(log_ratio), 0.0).sum(),
+        kl_sum=kl_sum,
+        entropy_sum=entropy_sum,
+    )
+    return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
+
+
+def summarize_loss_metrics(sums: dict) -> dict:
+    """Means from the (summed over micro-batches) metrics of `policy_loss`.
+
+    Returns tokens, clip_fraction, ratio_mean, approx_kl, kl and entropy (means per action token,
+    0 when there is none) and pg_loss, kl_loss, entropy_loss as they are (already aggregated).
+    """
+    tokens = jnp.asarray(sums["tokens"], jnp.float32)
+    count = jnp.maximum(tokens, 1.0)  # a whole number: only an empty batch is changed
+    return dict(
+        tokens=tokens,
+        clip_fraction=sums["clipped_sum"] / count,
+        ratio_mean=sums["ratio_sum"] / count,
+        approx_kl=sums["approx_kl_sum"] / count,
+        kl=sums["kl_sum"] / count,
+        entropy=sums["entropy_sum"] / count,
+        pg_loss=sums["pg_loss"],
+        kl_loss=sums["kl_loss"],
+        entropy_loss=sums["entropy_loss"],
+    )
+
+
+def token_entropy(logits) -> jax.Array:
+    """Entropy of softmax(logits) over the last axis: logits float32[..., V] -> float32[...].
+
+    Stable for large logits (log_softmax subtracts the maximum) and for -inf logits (masked
+    vocabulary entries contribute 0 rather than 0 * -inf).
+    """
+    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+    p = jnp.exp(logp)
+    return -(p * jnp.where(p > 0, logp, 0.0)).sum(axis=-1)
+
+
+def token_logprobs(logits, targets) -> jax.Array:
+    """log softmax(logits) at `targets`.
+
+    logits float[N, T, V], targets int32[N, T] -> float32[N, T].
+    """
+    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], axis=-1)[..., 0]

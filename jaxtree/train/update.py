@@ -1,0 +1,239 @@
+"""The policy update: clipped-surrogate loss, gradient accumulation, optax, sharded and jitted.
+
+One call of the update step consumes one minibatch:
+
+  tokens          int32[B, T]    whole episodes (prompt, observations and actions)
+  action_mask     bool[B, T]     the tokens the policy generated (the only ones with a loss)
+  old_logprobs    float32[B, T]  behaviour log-probs recorded by the rollout (ratio denominator)
+  advantages      float32[B, T]  per-token advantages (0 off the action tokens)
+  weights         float32[B, T]  aggregation weights of the loss, computed over the whole
+                                 minibatch (`losses.aggregation_weights`), so the B rows can be
+                                 split into micro-batches whose losses simply add up
+  ref_logprobs    float32[B, T]  log-probs of the frozen reference policy (KL penalty)
+
+B is split into B / micro_batch_size micro-batches; `lax.scan` accumulates their gradients and
+loss sums, so memory is bounded by one micro-batch's activations. Rows of a micro-batch are taken
+strided (rows m, m + M, m + 2M, ...) so that, with the batch split over data x fsdp, every device
+holds its share of every micro-batch and no rows move between devices.
+
+A non-finite loss or gradient norm leaves params and optimizer state unchanged and reports
+`skipped` = 1; the step counter still advances, so the schedule and the log stay aligned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxtree import losses
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.transformer import Transformer
+from jaxtree.train import mesh as mesh_lib
+
+BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
+
+
+class TrainState(NamedTuple):
+    """Everything the update step changes. step: int32[]; params and opt_state: pytrees."""
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateConfig:
+    """Loss hyper-parameters of the update step (see `jaxtree.losses`)."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    micro_batch_size: int = 8
+
+    def __post_init__(self):
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ValueError(f"clip range needs 0 <= eps_low < 1 and eps_high >= 0, got "
+                             f"eps_low={self.eps_low}, eps_high={self.eps_high}")
+        if self.micro_batch_size <= 0:
+            raise ValueError(f"micro_batch_size={self.micro_batch_size} must be positive")
+
+
+def make_schedule(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 1,
+                  schedule: str = "constant") -> optax.Schedule:
+    """Linear warm-up to `learning_rate`, then constant or cosine decay to 10% by `total_steps`."""
+    if schedule == "constant":
+        after = optax.constant_schedule(learning_rate)
+    elif schedule == "cosine":
+        after = optax.cosine_decay_schedule(learning_rate, max(total_steps - warmup_steps, 1),
+                                            alpha=0.1)
+    else:
+        raise ValueError(f"schedule={schedule!r}: expected 'constant' or 'cosine'")
+    if warmup_steps <= 0:
+        return after
+    warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+    return optax.join_schedules([warmup, after], [warmup_steps])
+
+
+def make_optimizer(schedule: optax.Schedule, *, weight_decay: float = 0.0,
+                   max_grad_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8) -> optax.GradientTransformation:
+    """Global-norm gradient clipping, then AdamW on `schedule`."""
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
+                       optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+def token_logprobs_and_entropy(model_config: ModelConfig, params, tokens: jax.Array):
+    """Per-token log-prob of each token given the ones before it, and the policy's entropy there.
+
+    tokens: int32[B, T]. Returns (logprobs float32[B, T], entropy float32[B, T]); column 0 (no
+    context) is 0 in both.
+    """
+    logits, _ = Transformer(model_config).apply({"params": params}, tokens[:, :-1])
+    logits = logits.astype(jnp.float32)
+    logprobs = losses.token_logprobs(logits, tokens[:, 1:])
+    entropy = losses.token_entropy(logits)
+    pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+    return (jnp.concatenate([pad, logprobs], axis=1), jnp.concatenate([pad, entropy], axis=1))
+
+
+def _micro_batches(x: jax.Array, count: int) -> jax.Array:
+    """[B, ...] -> [count, B / count, ...] with micro-batch m holding rows m, m + count, ..."""
+    rows = x.shape[0] // count
+    return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
+
+
+def _loss_fn(model_config, update_config, params, mb):
+    logprobs, entropy = token_logprobs_and_entropy(model_config, params, mb["tokens"])
+    use_kl = update_config.kl_coef > 0
+    use_entropy = update_config.entropy_coef > 0
+    loss, sums = losses.policy_loss(
+        logprobs, mb["old_logprobs"], mb["advantages"], mb["weights"],
+        eps_low=update_config.eps_low, eps_high=update_config.eps_high,
+        ref_logprobs=mb["ref_logprobs"] if use_kl else None, kl_coef=update_config.kl_coef,
+        entropy=entropy if use_entropy else None, entropy_coef=update_config.entropy_coef)
+    if not use_entropy:  # still report the policy's entropy
+        sums["entropy_sum"] = (jax.lax.stop_gradient(entropy) * mb["action_mask"]).sum()
+    if not use_kl:
+        kl = losses.kl_k3(jax.lax.stop_gradient(logprobs), mb["ref_logprobs"])
+        sums["kl_sum"] = (kl * mb["action_mask"]).sum()
+    return loss, sums
+
+
+def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
+                update_config: UpdateConfig, state: TrainState, batch: dict[str, jax.Array],
+                micro_batch_sharding: NamedSharding | None = None):
+    """One optimizer step on one minibatch (the module docstring lists `batch`).
+
+    Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
+    """
+    rows = batch["tokens"].shape[0]
+    if rows % update_config.micro_batch_size:
+        raise ValueError(f"minibatch of {rows} rows is not a multiple of micro_batch_size="
+                         f"{update_config.micro_batch_size}")
+    count = rows // update_config.micro_batch_size
+    mbs = {k: _micro_batches(batch[k], count) for k in BATCH_KEYS}
+    if micro_batch_sharding is not None:
+        mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
+               for k, v in mbs.items()}
+    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, update_config),
+                                 has_aux=True)
+
+    def accumulate(carry, mb):
+        grads, loss, sums = carry
+        (mb_loss, mb_sums), mb_grads = grad_fn(state.params, mb)
+        grads = jax.tree_util.tree_map(jnp.add, grads, mb_grads)
+        sums = {k: sums[k] + mb_sums[k] for k in sums}
+        return (grads, loss + mb_loss, sums), None
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+    sum_shapes = jax.eval_shape(lambda: grad_fn(state.params, {k: v[0] for k, v in mbs.items()}))
+    zero_sums = {k: jnp.zeros((), jnp.float32) for k in sum_shapes[0][1]}
+    (grads, loss, sums), _ = jax.lax.scan(accumulate, (zeros, jnp.zeros((), jnp.float32),
+                                                       zero_sums), mbs)
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    keep = lambda new, old: jnp.where(finite, new, old)
+    params = jax.tree_util.tree_map(keep, new_params, state.params)
+    opt_state = jax.tree_util.tree_map(keep, new_opt_state, state.opt_state)
+    metrics = dict(losses.summarize_loss_metrics(sums), loss=loss, grad_norm=grad_norm,
+                   skipped=(~finite).astype(jnp.int32))
+    return TrainState(state.step + 1, params, opt_state), metrics
+
+
+class Updater:
+    """The jitted, sharded update step and reference log-probs for one model, optimizer and mesh.
+
+    Parameters and optimizer state live sharded by `mesh.param_shardings`; batches are split by
+    rows over data x fsdp (their row count must be a multiple of `row_multiple`, the micro-batch
+    size, itself a multiple of data x fsdp so every device gets rows of every micro-batch). The state is
+    donated: the caller must use the returned state.
+    """
+
+    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
+                 update_config: UpdateConfig, mesh: Mesh, params_template):
+        self.model_config = model_config
+        self.optimizer = optimizer
+        self.update_config = update_config
+        self.mesh = mesh
+        self.param_shardings = mesh_lib.param_shardings(params_template, mesh)
+        opt_template = jax.eval_shape(optimizer.init, params_template)
+        self.state_shardings = TrainState(
+            mesh_lib.replicated(mesh), self.param_shardings,
+            mesh_lib.tree_shardings_like(opt_template, self.param_shardings, params_template,
+                                         mesh))
+        self.batch_sharding = mesh_lib.batch_sharding(mesh)
+        parallelism = mesh_lib.batch_parallelism(mesh)
+        if update_config.micro_batch_size % parallelism:
+            raise ValueError(f"micro_batch_size={update_config.micro_batch_size} must be a "
+                             f"multiple of the batch parallelism data x fsdp = {parallelism}")
+        self.row_multiple = update_config.micro_batch_size
+        mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
+        self._step = jax.jit(
+            functools.partial(update_step, model_config, optimizer, update_config,
+                              micro_batch_sharding=mb_sharding),
+            in_shardings=(self.state_shardings, self.batch_sharding),
+            out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),
+            donate_argnums=(0,))
+        self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),
+                             in_shardings=(self.param_shardings,),
+                             out_shardings=self.param_shardings)
+        self._logprobs = jax.jit(
+            lambda params, tokens: token_logprobs_and_entropy(model_config, params, tokens)[0],
+            in_shardings=(self.param_shardings, self.batch_sharding),
+            out_shardings=self.batch_sharding)
+
+    def init_state(self, params, step: int = 0) -> TrainState:
+        """A fresh state holding a copy of `params` (the state is donated to each step, so it
+        must not share buffers with arrays the caller keeps)."""
+        params = self.place_params(params)
+        opt_state = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)(
+            params)
+        return TrainState(jax.device_put(jnp.asarray(step, jnp.int32),
+                                         self.state_shardings.step), params, opt_state)
+
+    def place_params(self, params):
+        """A sharded copy of `params` that never shares buffers with the input (device_put may
+        reuse the input's buffer for one shard of a replicated array; a jit output is fresh)."""
+        params = jax.device_put(params, self.param_shardings)
+        return self._copy(params)
+
+    def step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        batch = {k: jax.device_put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
+        return self._step(state, batch)
+
+    def logprobs(self, params, tokens) -> jax.Array:
+        """float32[B, T] log-probs of `tokens` (B a multiple of `row_multiple`), computed in
+        micro-batch-sized chunks of rows."""
+        size = self.row_multiple
+        out = [self._logprobs(params, jax.device_put(tokens[i:i + size], self.batch_sharding))
+               for i in range(0, tokens.shape[0], size)]
+        return jnp.concatenate(out, axis=0)

@@ -1,0 +1,202 @@
+"""The update step: accumulation, the loss against a direct transcription, skipping, sharding."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxtree import losses
+from jaxtree.train import mesh as mesh_lib
+from jaxtree.train.update import (UpdateConfig, Updater, make_optimizer, make_schedule,
+                                  update_step)
+
+
+def _random_batch(config, rows=8, width=24, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 256, (rows, width)).astype(np.int32)
+    mask = np.zeros((rows, width), bool)
+    for i in range(rows - 1):  # the last row is padding: no action token
+        start = rng.integers(2, width - 4)
+        mask[i, start:start + rng.integers(1, width - start)] = True
+    old = np.where(mask, -rng.uniform(0.5, 4.0, (rows, width)), 0).astype(np.float32)
+    ref = np.where(mask, -rng.uniform(0.5, 4.0, (rows, width)), 0).astype(np.float32)
+    adv = np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32)
+    return {"tokens": tokens, "action_mask": mask, "old_logprobs": old, "advantages": adv,
+            "ref_logprobs": ref}
+
+
+def _with_weights(batch, mode="seq-mean-token-mean", norm_constant=None):
+    return dict(batch, weights=np.asarray(losses.aggregation_weights(
+        jnp.asarray(batch["action_mask"]), mode, norm_constant)))
+
+
+def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef):
+    """GRPO's objective (PATR Eq. 2 plus LATR Eq. 2's KL) written out row by row: the policy's
+    log-prob of token t comes from the logits at position t - 1 of a full forward."""
+    from jaxtree.models import forward
+    logits = forward(config, params, jnp.asarray(batch["tokens"]))
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    rows = []
+    for i in range(batch["tokens"].shape[0]):
+        positions = np.flatnonzero(batch["action_mask"][i])
+        if not len(positions):
+            continue
+        terms = []
+        for t in positions:
+            lp = logp[i, t - 1, batch["tokens"][i, t]]
+            ratio = jnp.exp(lp - batch["old_logprobs"][i, t])
+            a = batch["advantages"][i, t]
+            surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - eps_low, 1 + eps_high) * a)
+            x = batch["ref_logprobs"][i, t] - lp
+            terms.append(-surrogate + kl_coef * (jnp.exp(x) - x - 1))
+        rows.append(sum(terms) / len(terms))
+    return sum(rows) / len(rows)
+
+
+def _state(updater_like_params, optimizer):
+    from jaxtree.train.update import TrainState
+    return TrainState(jnp.zeros((), jnp.int32), updater_like_params,
+                      optimizer.init(updater_like_params))
+
+
+def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
+    config, params = tiny
+    batch = _with_weights(_random_batch(config))
+    uc = UpdateConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.05, micro_batch_size=2)
+    # plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would
+    # turn float noise in near-zero gradient entries into full-size steps)
+    optimizer = optax.sgd(1.0)
+    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2))(
+        config, optimizer, uc, _state(params, optimizer), batch)
+
+    loss, grads = jax.value_and_grad(lambda p: _direct_loss(config, p, batch, 0.2, 0.28, 0.05))(
+        params)
+    expected = jax.tree_util.tree_map(lambda p, g: p - g, params, grads)
+    np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-4)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                           state.params, expected)
+    assert int(state.step) == 1 and int(metrics["skipped"]) == 0
+    assert metrics["tokens"] == batch["action_mask"].sum()
+
+
+@pytest.mark.parametrize("mode", losses.AGGREGATIONS)
+def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
+    config, params = tiny
+    batch = _with_weights(_random_batch(config, rows=8, seed=1), mode, 40.0)
+    optimizer = optax.sgd(1.0)  # params move by exactly the accumulated gradient
+    step = jax.jit(update_step, static_argnums=(0, 1, 2))
+    results = [step(config, optimizer, UpdateConfig(kl_coef=0.01, entropy_coef=0.01,
+                                                    micro_batch_size=size),
+                    _state(params, optimizer), batch) for size in (1, 4, 8)]
+    for state, metrics in results[1:]:
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                               state.params, results[0][0].params)
+        for key in ("loss", "clip_fraction", "kl", "entropy", "grad_norm"):
+            np.testing.assert_allclose(metrics[key], results[0][1][key], rtol=1e-5, atol=1e-7)
+
+
+def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
+    config, params = tiny
+    batch = _with_weights(_random_batch(config, seed=2))
+    batch["advantages"] = batch["advantages"].copy()
+    batch["advantages"][0, batch["action_mask"][0]] = np.nan
+    optimizer = make_optimizer(make_schedule(1e-3))
+    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2))(
+        config, optimizer, UpdateConfig(micro_batch_size=4), _state(params, optimizer), batch)
+    assert int(metrics["skipped"]) == 1
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), state.params, params)
+    assert int(state.step) == 1
+
+
+def test_schedules_warm_up_then_hold_or_decay():
+    constant = make_schedule(1e-3, warmup_steps=4, total_steps=20, schedule="constant")
+    cosine = make_schedule(1e-3, warmup_steps=4, total_steps=20, schedule="cosine")
+    assert float(constant(0)) == 0.0 and float(constant(2)) == pytest.approx(5e-4)
+    assert float(constant(4)) == pytest.approx(1e-3) and float(constant(19)) == pytest.approx(1e-3)
+    assert float(cosine(4)) == pytest.approx(1e-3) and float(cosine(20)) == pytest.approx(1e-4)
+    assert float(cosine(12)) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5), rel=1e-4)
+    with pytest.raises(ValueError, match="schedule"):
+        make_schedule(1e-3, schedule="linear")
+
+
+def test_parameter_shardings_follow_the_logical_rules(tiny):
+    config, params = tiny
+    mesh = mesh_lib.make_mesh(1, 1, 1)
+    shardings = mesh_lib.param_shardings(params, mesh)
+    q = shardings["layers_0"]["attn"]["q_proj"]["kernel"].spec
+    down = shardings["layers_0"]["mlp"]["down_proj"]["kernel"].spec
+    assert tuple(q) == ("fsdp", "tensor") and tuple(down) == ("tensor", "fsdp")
+    assert tuple(shardings["final_norm"]["scale"].spec) == (None,)
+    with pytest.raises(ValueError, match="needs 4 devices"):
+        mesh_lib.make_mesh(2, 2, 1)
+
+
+_SHARDED_SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax, jax.numpy as jnp, numpy as np
+    sys.path.insert(0, {tests!r})
+    from test_train import _random_batch, _with_weights
+    from jaxtree import models
+    from jaxtree.train.mesh import make_mesh
+    import optax
+    from jaxtree.train.update import UpdateConfig, Updater
+    assert len(jax.devices()) == 8
+    config = models.get_preset("tiny")
+    params = models.init_params(config, jax.random.key(0))
+    batch = _with_weights(_random_batch(config, rows=16, width=40, seed=3))
+    results = {{}}
+    for shape in [(1, 1, 1), (4, 2, 1), (2, 2, 2)]:
+        devices = jax.devices()[:int(np.prod(shape))]
+        # SGD: the new params are the gradient itself, compared at 1e-5 (Adam's first step,
+        # lr * g / |g|, would magnify float noise in near-zero gradient entries)
+        updater = Updater(config, optax.sgd(1.0),
+                          UpdateConfig(kl_coef=0.01, micro_batch_size=8),
+                          make_mesh(*shape, devices=devices), params)
+        state = updater.init_state(params)
+        for _ in range(2):
+            state, metrics = updater.step(state, batch)
+        kernel = state.params["layers_0"]["mlp"]["up_proj"]["kernel"]
+        print(shape, "up_proj shard", kernel.sharding.shard_shape(kernel.shape))
+        results[shape] = jax.device_get(state.params)
+    for shape in [(4, 2, 1), (2, 2, 2)]:
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                               results[shape], results[(1, 1, 1)])
+    print("SHARDED_MATCH")
+""")
+
+
+def test_update_on_eight_fake_devices_equals_one_device():
+    """data=4 x fsdp=2 and data=2 x fsdp=2 x tensor=2 give the 1-device parameters (atol 1e-5)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT.format(tests=tests)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SHARDED_MATCH" in proc.stdout
+    # parameters really were split: fsdp on the model dimension, tensor on the MLP width
+    assert "(4, 2, 1) up_proj shard (64, 512)" in proc.stdout
+    assert "(2, 2, 2) up_proj shard (64, 256)" in proc.stdout
+
+
+def test_updater_pads_nothing_and_reports_reference_logprobs(tiny):
+    """Updater.logprobs equals a direct log-softmax gather of a full forward."""
+    from jaxtree.models import forward
+    config, params = tiny
+    updater = Updater(config, make_optimizer(make_schedule(1e-3)),
+                      UpdateConfig(micro_batch_size=2), mesh_lib.make_mesh(), params)
+    tokens = _random_batch(config, rows=4, width=16, seed=4)["tokens"]
+    got = np.asarray(updater.logprobs(updater.place_params(params), tokens))
+    logp = jax.nn.log_softmax(forward(config, params, jnp.asarray(tokens)), axis=-1)
+    for i in range(4):
+        for t in range(1, 16):
+            assert got[i, t] == pytest.approx(float(logp[i, t - 1, tokens[i, t]]), abs=1e-5)
+    assert np.all(got[:, 0] == 0)

@@ -29,12 +29,14 @@ setup(
         "gymnasium",
         "ml_collections",
         "tqdm",
+        "matplotlib",      # launch.plot
+        "tensorboardX",    # TensorBoard event files without TensorFlow
     ],
     extras_require={
         # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the
         # reference implementation in parity tests and the baseline in benchmarks.
         "test": ["pytest", "hypothesis", "torch==2.13.0"],
-        "tb": ["tensorboard"],
+        "tb": ["tensorboard"],  # the TensorBoard viewer
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],
     },

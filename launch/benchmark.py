@@ -4,6 +4,7 @@
     python -m launch.benchmark sampler --models=tiny --batches=1,16 --repeats=3
     python -m launch.benchmark envs --episodes=50
     python -m launch.benchmark rollout --slots=64,256 --rollout_episodes=512
+    python -m launch.benchmark train --models=tiny,small-25m --micro_batches=8,32
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-_BENCHMARKS = ("sampler", "envs", "rollout")
+_BENCHMARKS = ("sampler", "envs", "rollout", "train")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
@@ -30,6 +31,9 @@ _SLOTS = flags.DEFINE_list("slots", ["64", "256"], "rollout: slot counts.")
 _ROLLOUT_EPISODES = flags.DEFINE_integer("rollout_episodes", 512, "rollout: episodes per run.")
 _ENV = flags.DEFINE_string("env", "frozen_lake", "rollout: environment.")
 _ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per action.")
+_TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minibatch.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 384, "train: tokens per sequence.")
+_MICRO_BATCHES = flags.DEFINE_list("micro_batches", ["8", "32"], "train: micro-batch sizes.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -55,6 +59,11 @@ def main(argv):
 
         rollout.run([int(s) for s in _SLOTS.value], _ROLLOUT_EPISODES.value, _ENV.value,
                     _ACTION_TOKENS.value, output)
+    elif name == "train":
+        from launch.benchmarks import train  # noqa: PLC0415
+
+        train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
+                  [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output)
 
 
 if __name__ == "__main__":

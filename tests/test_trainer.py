@@ -162,3 +162,108 @@ def test_every_experiment_config_validates():
             assert config.train.filter == "dynamic_sampling"
             assert config.train.loss_aggregation == "token-mean"
             assert config.train.eps_high > config.train.eps_low
+
+
+def _synthetic_batch(rewards_by_group, turns=3, width=16, group_offset=0):
+    """A TrajectoryBatch with the given outcome rewards, one group per inner list."""
+    from jaxtree.rollout.trajectory import EpisodeRecord, assemble
+    records, episode = [], 0
+    for g, rewards in enumerate(rewards_by_group):
+        for r in rewards:
+            mask = np.zeros(width, bool)
+            mask[4:7] = mask[10:13] = True
+            turn_index = np.repeat(np.arange(turns), -(-width // turns))[:width].astype(np.int32)
+            records.append(EpisodeRecord(
+                tokens=np.arange(width, dtype=np.int32), action_mask=mask,
+                logprobs=np.where(mask, -1.0, 0.0).astype(np.float32), turn_index=turn_index,
+                rewards=[0.0] * (turns - 1) + [float(r)], valid=[True, False, True][:turns],
+                verified=[np.nan] * turns, success=r > 0, truncated=False, num_invalid=1,
+                task_id=1000 + g + group_offset, group_id=g, episode_id=episode, parent_id=-1,
+                fork_turn=-1, info={}))
+            episode += 1
+    return assemble(records, pad_id=0)
+
+
+class _FakeSampler:
+    def __init__(self):
+        self.drawn = []
+
+    def draw(self, count):
+        start = len(self.drawn)
+        self.drawn += list(range(start, start + count))
+        return self.drawn[start:]
+
+
+def _bare_trainer(**train):
+    from jaxtree.train.trainer import Trainer
+    trainer = Trainer.__new__(Trainer)
+    trainer.t = toy_config(**train).train
+    trainer.engine = None
+    trainer.policy = type("P", (), {"tokenizer": type("T", (), {"pad_id": 0})()})()
+    return trainer
+
+
+def test_dapo_dynamic_sampling_drops_uniform_groups_and_refills_from_fresh_tasks(monkeypatch):
+    from jaxtree.train import trainer as trainer_lib
+    rounds = iter([
+        [[1, 1], [0, 1], [0, 0]],        # round 0: only group 1 has a learning signal
+        [[1, 0], [0, 0], [1, 0]],        # round 1: groups 0 and 2 do
+    ])
+    calls = []
+
+    def fake_sample(engine, params, rng, tasks, group_size):
+        calls.append(list(tasks))
+        return _synthetic_batch(next(rounds))
+    monkeypatch.setattr(trainer_lib, "sample_independent", fake_sample)
+    trainer = _bare_trainer(filter="dynamic_sampling", groups_per_step=3, group_size=2,
+                            max_sampling_rounds=4)
+    batch, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
+    assert calls == [[0, 1, 2], [3, 4, 5]]  # the refill round draws fresh tasks
+    assert metrics["rollout/sampling_rounds"] == 2 and metrics["rollout/episodes"] == 12
+    # kept: round 0 group 1, then round 1 groups 0 and 2 (ids offset by 3), 3 groups x 2 rollouts
+    assert sorted(set(batch.group_ids.tolist())) == [1, 3, 5]
+    assert len(batch) == 6
+    for g in set(batch.group_ids.tolist()):
+        rewards = batch.outcome_reward[batch.group_ids == g]
+        assert rewards.max() > rewards.min()
+    assert len(set(batch.episode_ids.tolist())) == 6
+
+
+def test_instance_filter_keeps_the_highest_std_groups(monkeypatch):
+    from jaxtree.train import trainer as trainer_lib
+    monkeypatch.setattr(trainer_lib, "sample_independent",
+                        lambda *a: _synthetic_batch([[1, 1], [0, 1], [0, 0], [1, 0.5]]))
+    trainer = _bare_trainer(filter="top_std", groups_per_step=4, group_size=2, keep_fraction=0.5)
+    batch, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
+    assert sorted(set(batch.group_ids.tolist())) == [1, 3]      # std 0.5 and 0.25
+    assert metrics["rollout/kept_groups"] == 2
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "drgrpo", "rloo", "step_reward"])
+def test_token_advantages_put_each_rollouts_advantage_on_its_action_tokens(advantage):
+    trainer = _bare_trainer(advantage=advantage, gamma=0.5, step_reward_valid=0.1,
+                            step_reward_invalid=0.2)
+    batch = _synthetic_batch([[1, 0, 0], [0.5, 0.5, 1]])
+    out = trainer.token_advantages(batch)
+    assert out.shape == batch.tokens.shape
+    assert np.all(out[~batch.action_mask] == 0)
+    groups = [batch.outcome_reward[:3], batch.outcome_reward[3:]]
+    for i in range(len(batch)):
+        group = groups[i // 3]
+        r = batch.outcome_reward[i]
+        if advantage == "grpo":
+            expected = (r - group.mean()) / (group.std(ddof=1) + 1e-6)
+        elif advantage == "drgrpo":
+            expected = r - group.mean()
+        elif advantage == "rloo":
+            expected = r - (group.sum() - r) / (len(group) - 1)
+        if advantage != "step_reward":
+            np.testing.assert_allclose(out[i][batch.action_mask[i]], expected, atol=1e-5)
+            continue
+        # per turn: GRPO outcome advantage + discounted step rewards (+0.1 valid, -0.2 invalid)
+        grpo = (r - group.mean()) / (group.std(ddof=1) + 1e-6)
+        step = [0.1, -0.2, 0.1]
+        for t in np.flatnonzero(batch.action_mask[i]):
+            k = batch.turn_index[i, t]
+            ret = sum(0.5 ** (j - k) * step[j] for j in range(k, 3))
+            assert out[i, t] == pytest.approx(grpo + ret, abs=1e-5)

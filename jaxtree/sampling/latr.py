@@ -1,0 +1,455 @@
+"""LATR: lookahead tree-based rollouts (LATR paper, Alg. 1, §3), as one jitted loop on device.
+
+P prompt groups of k slots each (R = P·k rows). The whole tree lives in fixed-size arrays: per slot
+an alive flag, its parent slot, its birth step, its token and log-prob rows and its KV-cache row.
+All alive slots generate in lockstep, so generation step l is also every slot's token position.
+
+One step l, for every group at once:
+
+  forward   the previous step's tokens of all R rows in one batched call (the logits for step l
+            were produced by the previous step's forward; step 0's by the prompt prefill)
+  extend    tree slots take the argmax token c*; plain slots (hybrid rollout) and every slot of a
+            saturated group sample with the sampling config (temperature, top-p)
+  branch    a candidate c != c* of tree slot s spawns a child when p(c) > τ_abs and
+            p(c*) - p(c) < τ_rel (softmax of the raw logits, Eq. 5). A group's candidates are
+            ranked by descending p(c) (ties: lower slot, then higher-ranked candidate) and take the
+            group's free tree slots in ascending order until the group's k_tree tree slots are
+            alive. The child copies its parent's cache row, token row and log-prob row on device
+            (the shared prefix is never recomputed) and gets c at position l.
+  prune     a child born at step b is checked at steps b + r for each lookahead window r (default
+            20, 30, 50; Alg. 1 line 23): its r tokens after the branch token (positions b+1..b+r)
+            against its parent's tokens at the same positions, by normalized Levenshtein distance
+            on device. Under τ_ed, the child and all its descendants are removed and their slots
+            freed (Eq. 7-8). Being kept needs every window to pass (App. B.3).
+  saturate  once a group has k_tree alive tree slots and no alive child younger than the largest
+            window, its tree phase ends (§3.3 early stopping) and all its slots sample
+            stochastically from step l + 1 on.
+
+EOS inside a lookahead window: a sequence's window holds its tokens up to and including its EOS
+and nothing after, so a branch that ended early is compared on what it has (normalized by the
+longer of the two windows); a child and parent that both ended on their branch tokens differ by
+exactly that token and count as distinct (distance 1). A slot that finished stays alive (a complete
+rollout) and stops costing forward work.
+
+Completion: a group whose tree ends with fewer than k_tree alive tree slots (pruning freed slots
+that no later branch refilled) is completed either with fresh stochastic samples from the prompt
+('fresh', the default: a second loop of plain sampling on those slots only, starting from the
+prompt's cache) or by duplicating surviving rows round-robin ('duplicate', no extra forwards, but
+duplicate rollouts carry no new information for group-relative advantages).
+
+Hybrid rollout (§3.3): slots [0, k_tree) of a group run LATR, slots [k_tree, k) plain sampling, in
+the same batch; k_tree = round(η·k) is a traced input, so annealing η never recompiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.kv_cache import KVCache, init_cache
+from jaxtree.models.transformer import Transformer
+from jaxtree.sampling.edit_distance import edit_distance_normalized
+from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
+
+# Where a slot's final sequence came from (LatrOutput.origin).
+TREE, PLAIN, FRESH, DUPLICATE = 0, 1, 2, 3
+COMPLETIONS = ("fresh", "duplicate")
+
+
+@dataclasses.dataclass(frozen=True)
+class LatrConfig:
+    """LATR hyper-parameters (defaults: LATR App. B.3)."""
+
+    k: int = 8
+    tau_abs: float = 0.25
+    tau_rel: float = 0.15
+    tau_ed: float = 0.4
+    windows: tuple[int, ...] = (20, 30, 50)
+    completion: str = "fresh"
+    max_events: int = 32  # per group and kind; further branches / prunes are counted, not logged
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"k={self.k} must be positive")
+        if not self.windows or min(self.windows) < 1:
+            raise ValueError(f"windows={self.windows} must be positive lengths")
+        if self.completion not in COMPLETIONS:
+            raise ValueError(f"completion={self.completion!r}: expected one of {COMPLETIONS}")
+        if not (0 <= self.tau_abs <= 1 and 0 <= self.tau_rel <= 1 and 0 <= self.tau_ed <= 1):
+            raise ValueError("tau_abs, tau_rel and tau_ed must lie in [0, 1]")
+
+
+class LatrOutput(NamedTuple):
+    """Per group g and slot s (P groups, k slots, n = max_new_tokens).
+
+    tokens: int32[P, k, n], pad after each sequence's end.
+    logprobs: float32[P, k, n], log π(token) at temperature 1 (importance-ratio denominators).
+    mask: bool[P, k, n], the generated tokens (EOS included).
+    lengths: int32[P, k].
+    finished: bool[P, k], ended with EOS (else it reached n tokens).
+    origin: int32[P, k], TREE | PLAIN | FRESH | DUPLICATE.
+    parent: int32[P, k], the parent slot of a tree branch (-1 for the root and non-tree rows; for
+      DUPLICATE rows, the slot duplicated).
+    birth: int32[P, k], the step of the branch token (-1 for the root and non-tree rows).
+    tree_end_step: int32[P], the step after which the group sampled stochastically (its
+      saturation length, LATR Table 10); n when the tree never saturated.
+    num_branches: int32[P], children created (including later pruned ones).
+    num_prunes: int32[P], children pruned directly (descendants not counted).
+    branch_step, branch_parent, branch_slot, branch_token: int32[P, E]: the first E branch
+      events of each group in order (-1 past num_branches).
+    prune_step, prune_slot, prune_window: int32[P, E]; prune_distance: float32[P, E]; the first E
+      prune events of each group (-1 / NaN past num_prunes).
+    forwards: int32[P], slot-token forwards: tokens fed to the model for alive, unfinished slots.
+    """
+
+    tokens: jax.Array
+    logprobs: jax.Array
+    mask: jax.Array
+    lengths: jax.Array
+    finished: jax.Array
+    origin: jax.Array
+    parent: jax.Array
+    birth: jax.Array
+    tree_end_step: jax.Array
+    num_branches: jax.Array
+    num_prunes: jax.Array
+    branch_step: jax.Array
+    branch_parent: jax.Array
+    branch_slot: jax.Array
+    branch_token: jax.Array
+    prune_step: jax.Array
+    prune_slot: jax.Array
+    prune_window: jax.Array
+    prune_distance: jax.Array
+    forwards: jax.Array
+
+
+def _copy_cache_rows(cache: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
+    """Rows src -> dst; dst entries equal to the row count are dropped (no copy)."""
+    keys = tuple(k.at[dst].set(k[src], mode="drop") for k in cache.keys)
+    values = tuple(v.at[dst].set(v[src], mode="drop") for v in cache.values)
+    return KVCache(keys, values, cache.lengths.at[dst].set(cache.lengths[src], mode="drop"))
+
+
+def _window(tokens: jax.Array, lengths: jax.Array, start: jax.Array, width: int):
+    """Tokens at positions start..start+width-1 of each row, and how many exist (< lengths)."""
+    n = tokens.shape[1]
+    index = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
+    window = jnp.take_along_axis(tokens, jnp.clip(index, 0, n - 1), axis=1)
+    return window, jnp.clip(lengths - start, 0, width).astype(jnp.int32)
+
+
+def _branch_assignments(cand_p, cand_valid, free, k: int):
+    """For one group: which candidate goes to which free slot.
+
+    cand_p, cand_valid: [k, C] candidate probabilities and validity per slot; free: bool[k].
+    Returns (dst slot int32[k], src slot int32[k], candidate column int32[k], ok bool[k]): the
+    i-th best candidate goes to the i-th free slot (ascending), for i < min(#valid, #free).
+    """
+    columns = cand_p.shape[1]
+    score = jnp.where(cand_valid, cand_p, -1.0).reshape(-1)            # slot-major order
+    order = jnp.argsort(-score, stable=True)[:k]
+    num = jnp.minimum(cand_valid.sum(), free.sum())
+    free_slots = jnp.argsort(~free, stable=True)                       # free ones first, ascending
+    ok = jnp.arange(k) < num
+    return free_slots[:k].astype(jnp.int32), (order // columns).astype(jnp.int32), \
+        (order % columns).astype(jnp.int32), ok
+
+
+def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: SamplingConfig,
+                  max_new_tokens: int, pad_id: int, params, prompt_tokens: jax.Array,
+                  prompt_lengths: jax.Array, group_ids: jax.Array, num_tree_slots: jax.Array,
+                  rng: jax.Array, eos_ids: jax.Array) -> LatrOutput:
+    """Generates k rollouts for each of P prompts with LATR (see the module docstring).
+
+    Args:
+      model_config, latr, sampling, max_new_tokens (n), pad_id: static.
+      prompt_tokens: int32[P, L] right-padded prompts; prompt_lengths: int32[P] (>= 1).
+      group_ids: int32[P], a global id per group: row (g, s) samples with
+        fold_in(fold_in(rng, group_ids[g]), s), so results do not depend on how groups are
+        batched or sharded.
+      num_tree_slots: int32[], k_tree in [0, k] (hybrid rollout; k = pure LATR).
+      eos_ids: int32[E].
+    """
+    k, n = latr.k, max_new_tokens
+    groups, prompt_width = prompt_tokens.shape
+    rows = groups * k
+    capacity = prompt_width + n
+    model = Transformer(model_config)
+    slot = jnp.tile(jnp.arange(k, dtype=jnp.int32), groups)                  # [R]
+    group_of_row = jnp.repeat(jnp.arange(groups, dtype=jnp.int32), k)         # [R]
+    base = group_of_row * k                                                   # first row of group
+    plain = slot >= num_tree_slots
+    row_keys = jax.vmap(lambda g, s: jax.random.fold_in(jax.random.fold_in(rng, g), s))(
+        jnp.repeat(group_ids, k), slot)
+    uniforms = jax.vmap(lambda key: jax.vmap(lambda t: jax.random.uniform(
+        jax.random.fold_in(key, t)))(jnp.arange(2 * n, dtype=jnp.uint32)))(row_keys)  # [R, 2n]
+
+    # Prefill each prompt once, then give every slot a copy of its group's prompt cache.
+    prompt_cache = init_cache(model_config, groups, capacity)
+    prompt_logits, prompt_cache = model.apply({"params": params}, prompt_tokens, prompt_cache,
+                                              prompt_lengths, last_only=True)
+    cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, k, axis=0), prompt_cache)
+    root_logits = jnp.repeat(prompt_logits, k, axis=0)                        # [R, V]
+
+    events = latr.max_events
+    r_max = max(latr.windows)
+    state0 = dict(
+        step=jnp.int32(0), cache=cache, logits=root_logits,
+        tokens=jnp.full((rows, n), pad_id, jnp.int32),
+        logprobs=jnp.zeros((rows, n), jnp.float32),
+        alive=plain | ((slot == 0) & (num_tree_slots > 0)),   # the root and every plain slot
+        finished=jnp.zeros((rows,), bool), lengths=jnp.zeros((rows,), jnp.int32),
+        parent=jnp.full((rows,), -1, jnp.int32), birth=jnp.full((rows,), -1, jnp.int32),
+        # without tree slots there is no tree phase
+        saturated=jnp.full((groups,), num_tree_slots <= 0),
+        tree_end=jnp.full((groups,), jnp.where(num_tree_slots <= 0, 0, n), jnp.int32),
+        num_branches=jnp.zeros((groups,), jnp.int32), num_prunes=jnp.zeros((groups,), jnp.int32),
+        branch_step=jnp.full((groups, events), -1, jnp.int32),
+        branch_parent=jnp.full((groups, events), -1, jnp.int32),
+        branch_slot=jnp.full((groups, events), -1, jnp.int32),
+        branch_token=jnp.full((groups, events), -1, jnp.int32),
+        prune_step=jnp.full((groups, events), -1, jnp.int32),
+        prune_slot=jnp.full((groups, events), -1, jnp.int32),
+        prune_window=jnp.full((groups, events), -1, jnp.int32),
+        prune_distance=jnp.full((groups, events), jnp.nan, jnp.float32),
+        forwards=jnp.zeros((groups,), jnp.int32),
+    )
+
+    def cond(s):
+        return (s["step"] < n) & jnp.any(s["alive"] & ~s["finished"])
+
+    def body(s):
+        l = s["step"]
+        active = s["alive"] & ~s["finished"]
+        logits = s["logits"]
+        probs = jax.nn.softmax(logits, axis=-1)
+        logp_all = jax.nn.log_softmax(logits, axis=-1)
+        tree_mode = active & ~plain & ~s["saturated"][group_of_row]
+
+        # extend: argmax in tree mode, sampling otherwise
+        sampled, _, _ = sample_tokens(uniforms[:, l], logits, sampling)
+        top_p, top_tok = jax.lax.top_k(probs, 3)
+        token = jnp.where(tree_mode, top_tok[:, 0], sampled)
+        token = jnp.where(active, token, pad_id)
+        token_logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
+
+        # branch: candidates 2 and 3 of the top-3 (at most two tokens besides c* can exceed
+        # τ_abs >= 1/3; for smaller τ_abs the most likely two are the ones considered)
+        cand_p, cand_tok = top_p[:, 1:], top_tok[:, 1:]
+        cand_valid = (tree_mode[:, None] & (cand_p > latr.tau_abs)
+                      & (top_p[:, :1] - cand_p < latr.tau_rel))
+        free = ~s["alive"] & ~plain & ~s["saturated"][group_of_row]
+        dst, src, col, ok = jax.vmap(_branch_assignments, in_axes=(0, 0, 0, None))(
+            cand_p.reshape(groups, k, 2), cand_valid.reshape(groups, k, 2),
+            free.reshape(groups, k), k)
+        group_base = (jnp.arange(groups, dtype=jnp.int32) * k)[:, None]
+        dst_row = jnp.where(ok, group_base + dst, rows).reshape(-1)           # rows = dropped
+        src_row = (group_base + src).reshape(-1)
+        child_tok = cand_tok[src_row, col.reshape(-1)]
+        child_logp = jnp.log(cand_p[src_row, col.reshape(-1)])
+        born = jnp.zeros((rows,), bool).at[dst_row].set(True, mode="drop")
+        copy_rows = lambda x: x.at[dst_row].set(x[src_row], mode="drop")
+        tokens = copy_rows(s["tokens"])
+        logprobs = copy_rows(s["logprobs"])
+        token = token.at[dst_row].set(child_tok, mode="drop")
+        token_logp = token_logp.at[dst_row].set(child_logp, mode="drop")
+        parent = s["parent"].at[dst_row].set(src_row - base[src_row], mode="drop")
+        birth = s["birth"].at[dst_row].set(l, mode="drop")
+        cache = jax.lax.cond(jnp.any(ok), lambda c: _copy_cache_rows(c, src_row, dst_row),
+                             lambda c: c, s["cache"])
+        alive = s["alive"] | born
+        active = active | born
+        # log births in allocation order (ok is a prefix of each group's k assignments)
+        b_target = jnp.where(ok, s["num_branches"][:, None] + jnp.arange(k)[None, :], events)
+        gi_k = jnp.repeat(jnp.arange(groups)[:, None], k, axis=1)
+        blog = lambda buf, val: buf.at[gi_k, b_target].set(val, mode="drop")
+        branch_log = dict(branch_step=blog(s["branch_step"], jnp.full((groups, k), l, jnp.int32)),
+                          branch_parent=blog(s["branch_parent"], src),
+                          branch_slot=blog(s["branch_slot"], dst),
+                          branch_token=blog(s["branch_token"], child_tok.reshape(groups, k)))
+        num_branches = s["num_branches"] + ok.sum(axis=1).astype(jnp.int32)
+
+        # write this step's tokens; a slot finishes on EOS or at the last position
+        tokens = tokens.at[:, l].set(jnp.where(active, token, tokens[:, l]))
+        logprobs = logprobs.at[:, l].set(jnp.where(active, token_logp, logprobs[:, l]))
+        lengths = jnp.where(active, l + 1, jnp.where(born, l + 1, s["lengths"]))
+        hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
+        finished = s["finished"] | (active & (hit_eos | (l + 1 >= n)))
+        finished = jnp.where(born, active & (hit_eos | (l + 1 >= n)), finished)
+
+        # prune children whose lookahead window ends now (Alg. 1 line 23: birth = l - r)
+        remove = jnp.zeros((rows,), bool)
+        is_child = alive & (parent >= 0) & ~plain
+        parent_row = base + jnp.maximum(parent, 0)
+        prune_window = jnp.full((rows,), -1, jnp.int32)
+        prune_distance = jnp.full((rows,), jnp.nan, jnp.float32)
+        for r in latr.windows:
+            check = is_child & (birth == l - r) & ~remove
+
+            def distances(args, r=r):
+                tok, lens = args
+                start = birth + 1
+                a, la = _window(tok, lens, start, r)
+                b, lb = _window(tok[parent_row], lens[parent_row], start, r)
+                return edit_distance_normalized(a, b, la, lb)
+
+            dist = jax.lax.cond(jnp.any(check), distances,
+                                lambda args: jnp.ones((rows,), jnp.float32), (tokens, lengths))
+            pruned_here = check & (dist < latr.tau_ed)
+            prune_window = jnp.where(pruned_here, r, prune_window)
+            prune_distance = jnp.where(pruned_here, dist, prune_distance)
+            remove = remove | pruned_here
+        direct = remove
+        for _ in range(k):  # descendants: a slot goes when its parent goes
+            remove = remove | (is_child & remove[parent_row])
+        alive = alive & ~remove
+
+        # log direct prunes (first E per group)
+        direct_g = direct.reshape(groups, k)
+        rank = jnp.cumsum(direct_g, axis=1) - 1 + s["num_prunes"][:, None]
+        target = jnp.where(direct_g & (rank < events), rank, events)
+        gi = jnp.repeat(jnp.arange(groups)[:, None], k, axis=1)
+        log = lambda buf, val: buf.at[gi, target].set(val.reshape(groups, k), mode="drop")
+        prune_step_log = log(s["prune_step"], jnp.full((rows,), l, jnp.int32))
+        prune_slot_log = log(s["prune_slot"], slot)
+        prune_window_log = log(s["prune_window"], prune_window)
+        prune_distance_log = log(s["prune_distance"], prune_distance)
+        num_prunes = s["num_prunes"] + direct_g.sum(axis=1).astype(jnp.int32)
+
+        # saturation: k_tree alive tree slots, none younger than the largest window
+        tree_alive = (alive & ~plain).reshape(groups, k)
+        young = (alive & (parent >= 0) & (birth > l - r_max) & ~plain).reshape(groups, k)
+        now_saturated = ~s["saturated"] & (tree_alive.sum(axis=1) >= num_tree_slots) & \
+            ~young.any(axis=1)
+        saturated = s["saturated"] | now_saturated
+        tree_end = jnp.where(now_saturated, l + 1, s["tree_end"])
+        # a group whose every slot has finished ends its tree phase too
+        group_running = (alive & ~finished).reshape(groups, k).any(axis=1)
+        tree_end = jnp.where((tree_end == n) & ~group_running, l + 1, tree_end)
+
+        # forward this step's tokens (children included; removed and finished rows idle)
+        feed = active & alive & ~finished
+        new_logits, cache = model.apply({"params": params}, token[:, None], cache,
+                                        feed.astype(jnp.int32), last_only=True)
+        forwards = s["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(jnp.int32)
+        return dict(
+            step=l + 1, cache=cache, logits=jnp.where(feed[:, None], new_logits, logits),
+            tokens=tokens, logprobs=logprobs, alive=alive, finished=finished, lengths=lengths,
+            parent=jnp.where(alive, parent, -1), birth=jnp.where(alive, birth, -1),
+            saturated=saturated, tree_end=tree_end, num_branches=num_branches,
+            num_prunes=num_prunes, **branch_log, prune_step=prune_step_log, prune_slot=prune_slot_log,
+            prune_window=prune_window_log, prune_distance=prune_distance_log,
+            forwards=forwards)
+
+    s = jax.lax.while_loop(cond, body, state0)
+    origin = jnp.where(plain, PLAIN, TREE)
+    missing = ~s["alive"] & ~plain                                            # tree deficit
+    if latr.completion == "duplicate":
+        # the j-th missing slot of a group copies the group's (j mod #alive)-th alive tree slot
+        alive_g = (s["alive"] & ~plain).reshape(groups, k)
+        alive_order = jnp.argsort(~alive_g, axis=1, stable=True)
+        count = jnp.maximum(alive_g.sum(axis=1, keepdims=True), 1)
+        missing_rank = jnp.cumsum(missing.reshape(groups, k), axis=1) - 1
+        source_slot = jnp.take_along_axis(alive_order, missing_rank % count, axis=1)
+        source = (jnp.arange(groups)[:, None] * k + source_slot).reshape(-1)
+        pick = lambda x: jnp.where(missing.reshape((rows,) + (1,) * (x.ndim - 1)), x[source], x)
+        tokens, logprobs = pick(s["tokens"]), pick(s["logprobs"])
+        lengths, finished = pick(s["lengths"]), pick(s["finished"])
+        parent = jnp.where(missing, source_slot.reshape(-1), s["parent"])
+        birth = jnp.where(missing, -1, s["birth"])
+        origin = jnp.where(missing, DUPLICATE, origin)
+        forwards = s["forwards"]
+    else:
+        tokens, logprobs, lengths, finished, forwards = _complete_fresh(
+            model, sampling, n, pad_id, params, s, missing, root_logits, prompt_lengths, k,
+            uniforms[:, n:], eos_ids)
+        parent, birth = s["parent"], s["birth"]
+        origin = jnp.where(missing, FRESH, origin)
+    mask = jnp.arange(n)[None, :] < lengths[:, None]
+    last = jnp.take_along_axis(tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)[:, 0]
+    finished = (lengths > 0) & jnp.any(last[:, None] == eos_ids[None, :], axis=1)
+    shape = lambda x: x.reshape((groups, k) + x.shape[1:])
+    return LatrOutput(
+        shape(jnp.where(mask, tokens, pad_id)), shape(jnp.where(mask, logprobs, 0.0)),
+        shape(mask), shape(lengths), shape(finished), shape(origin),
+        shape(jnp.where(missing & (origin == FRESH), -1, parent)), shape(birth),
+        jnp.minimum(s["tree_end"], s["step"]),
+        s["num_branches"], s["num_prunes"], s["branch_step"], s["branch_parent"],
+        s["branch_slot"], s["branch_token"], s["prune_step"], s["prune_slot"], s["prune_window"],
+        s["prune_distance"], forwards)
+
+
+def _complete_fresh(model, sampling, n, pad_id, params, s, missing, root_logits, prompt_lengths,
+                    k, uniforms, eos_ids):
+    """Plain sampling from the prompt for the `missing` rows (the others idle)."""
+    rows = missing.shape[0]
+    groups = rows // k
+    prompt_len = jnp.repeat(prompt_lengths, k)
+    cache = s["cache"]._replace(lengths=jnp.where(missing, prompt_len, s["cache"].lengths))
+    state0 = dict(step=jnp.int32(0), cache=cache,
+                  logits=jnp.where(missing[:, None], root_logits, s["logits"]),
+                  tokens=jnp.where(missing[:, None], pad_id, s["tokens"]),
+                  logprobs=jnp.where(missing[:, None], 0.0, s["logprobs"]),
+                  lengths=jnp.where(missing, 0, s["lengths"]),
+                  finished=jnp.where(missing, False, s["finished"]),
+                  running=missing, forwards=s["forwards"])
+
+    def cond(c):
+        return (c["step"] < n) & jnp.any(c["running"])
+
+    def body(c):
+        l = c["step"]
+        active = c["running"]
+        token, policy_logp, _ = sample_tokens(uniforms[:, l], c["logits"], sampling)
+        token = jnp.where(active, token, pad_id)
+        tokens = c["tokens"].at[:, l].set(jnp.where(active, token, c["tokens"][:, l]))
+        logprobs = c["logprobs"].at[:, l].set(jnp.where(active, policy_logp,
+                                                        c["logprobs"][:, l]))
+        hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
+        done = active & (hit_eos | (l + 1 >= n))
+        feed = active & ~done
+        logits, cache = model.apply({"params": params}, token[:, None], c["cache"],
+                                    feed.astype(jnp.int32), last_only=True)
+        return dict(step=l + 1, cache=cache,
+                    logits=jnp.where(feed[:, None], logits, c["logits"]), tokens=tokens,
+                    logprobs=logprobs, lengths=jnp.where(active, l + 1, c["lengths"]),
+                    finished=jnp.where(active, hit_eos, c["finished"]), running=feed,
+                    forwards=c["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(
+                        jnp.int32))
+
+    c = jax.lax.while_loop(cond, body, state0)
+    return c["tokens"], c["logprobs"], c["lengths"], c["finished"], c["forwards"]
+
+
+_STATIC = ("model_config", "latr", "sampling", "max_new_tokens", "pad_id")
+latr_generate_jit = jax.jit(latr_generate, static_argnames=_STATIC)
+
+
+def latr_generate_sharded(mesh, model_config: ModelConfig, latr: LatrConfig,
+                          sampling: SamplingConfig, max_new_tokens: int, pad_id: int, params,
+                          prompt_tokens: jax.Array, prompt_lengths: jax.Array,
+                          group_ids: jax.Array, num_tree_slots: jax.Array, rng: jax.Array,
+                          eos_ids: jax.Array) -> LatrOutput:
+    """`latr_generate` under `jax.shard_map`: each device of the mesh's batch axes (data x fsdp)
+    owns whole prompt groups (P must divide evenly) and runs the kernel on them with replicated
+    parameters. Trees never span devices, so there is no communication; rows sample with keys
+    derived from the global `group_ids`, so the result equals the single-device one."""
+    from jax.sharding import PartitionSpec as P
+
+    from jaxtree.train.mesh import BATCH_AXES
+
+    groups = P(BATCH_AXES)
+    kernel = functools.partial(latr_generate, model_config, latr, sampling, max_new_tokens,
+                               pad_id)
+    out_specs = LatrOutput(*([groups] * len(LatrOutput._fields)))
+    sharded = jax.shard_map(kernel, mesh=mesh,
+                            in_specs=(P(), groups, groups, groups, P(), P(), P()),
+                            out_specs=out_specs, check_vma=False)
+    return jax.jit(sharded)(params, prompt_tokens, prompt_lengths, group_ids, num_tree_slots,
+                            rng, eos_ids)

@@ -1,0 +1,74 @@
+"""Update-step throughput: tokens/s and achieved FLOP/s against this machine's matmul ceiling.
+
+For each model preset and micro-batch size, one jitted update step (`jaxtree.train.update`: forward,
+backward, clipped surrogate with a KL term, accumulation under `lax.scan`, AdamW) on a minibatch of
+`rows` random sequences of `seq_len` tokens, half of each row marked as action tokens. Timed as the
+median of `repeats` calls after a compiling warm-up.
+
+FLOPs per step are XLA's own count for the compiled step (`cost_analysis`), so attention, the
+vocabulary projection and the optimizer are included; the ceiling is a large float32 matmul timed
+in the same run (`common.matmul_flops`), the best this machine does on the op the step is made of.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from jaxtree import losses, models
+from jaxtree.train.mesh import make_mesh
+from jaxtree.train.update import UpdateConfig, Updater, make_optimizer, make_schedule
+from launch.benchmarks.common import (machine_info, matmul_flops, median_seconds, print_table,
+                                      write_json)
+
+
+def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, min(config.vocab_size, 256), (rows, seq_len)).astype(np.int32)
+    mask = np.zeros((rows, seq_len), bool)
+    mask[:, seq_len // 2:] = True
+    old = np.where(mask, -rng.uniform(0.1, 3.0, (rows, seq_len)), 0).astype(np.float32)
+    batch = {"tokens": tokens, "action_mask": mask, "old_logprobs": old,
+             "advantages": np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32),
+             "ref_logprobs": old}
+    batch["weights"] = np.asarray(losses.aggregation_weights(mask, "seq-mean-token-mean"))
+    return batch
+
+
+def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, output: str) -> None:
+    ceiling = matmul_flops(2048)
+    results, table = [], []
+    for name in model_names:
+        config = models.get_preset(name)
+        params = models.init_params(config, jax.random.key(0))
+        batch = _batch(config, rows, seq_len)
+        for micro in micro_batches:
+            updater = Updater(config, make_optimizer(make_schedule(1e-4)),
+                              UpdateConfig(kl_coef=0.01, micro_batch_size=micro), make_mesh(),
+                              params)
+            state = [updater.init_state(params)]
+            placed = {k: jax.device_put(v, updater.batch_sharding) for k, v in batch.items()}
+            flops = updater._step.lower(state[0], placed).compile().cost_analysis()["flops"]
+
+            def step():
+                state[0], metrics = updater._step(state[0], placed)
+                jax.block_until_ready(metrics)
+
+            seconds, times = median_seconds(step, repeats)
+            tokens_per_s = rows * seq_len / seconds
+            achieved = flops / seconds
+            results.append({"model": name, "params": models.num_params(params), "rows": rows,
+                            "seq_len": seq_len, "micro_batch_size": micro,
+                            "seconds": seconds, "times": times, "flops_per_step": flops,
+                            "tokens_per_s": tokens_per_s, "flops_per_s": achieved,
+                            "fraction_of_matmul_ceiling": achieved / ceiling})
+            table.append([name, micro, f"{seconds:.2f}", f"{tokens_per_s:,.0f}",
+                          f"{flops / 1e9:.1f}", f"{achieved / 1e9:.1f}",
+                          f"{100 * achieved / ceiling:.0f}%"])
+            print(f"  {name} micro-batch {micro}: done", flush=True)
+    print(f"\nupdate step: {rows} rows x {seq_len} tokens, median of {repeats}; matmul ceiling "
+          f"{ceiling / 1e9:.0f} GFLOP/s")
+    print_table(["model", "micro-batch", "seconds", "tokens/s", "GFLOP/step", "GFLOP/s",
+                 "of matmul ceiling"], table)
+    write_json(output, {"benchmark": "train", "machine": machine_info(),
+                        "matmul_ceiling_flops_per_s": ceiling, "results": results})

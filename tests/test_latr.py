@@ -1,0 +1,257 @@
+"""The LATR kernel against a plain-Python Algorithm 1, descendant removal, completion, sharding."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from latr_reference import latr_tree_reference
+from jaxtree import models
+from jaxtree.sampling.latr import (DUPLICATE, FRESH, PLAIN, TREE, LatrConfig, latr_generate_jit)
+from jaxtree.sampling.logits_processing import SamplingConfig
+
+EOS = 258
+
+
+@pytest.fixture(scope="module")
+def peaky():
+    """The tiny architecture with an untied output layer scaled up: distributions peaky enough
+    that a few percent of steps have two or three plausible tokens, so trees branch (and prune)
+    within a few tokens."""
+    return peaky_model()
+
+
+def peaky_model():
+    config = models.get_preset("tiny").replace(tie_word_embeddings=False)
+    params = models.init_params(config, jax.random.key(3))
+    return config, dict(params, lm_head={"kernel": params["lm_head"]["kernel"] * 12.0})
+
+
+def _prompts(groups, seed, width=6):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, width + 1, groups).astype(np.int32)
+    tokens = np.zeros((groups, width), np.int32)
+    for g in range(groups):
+        tokens[g, :lengths[g]] = rng.integers(0, 256, lengths[g])
+    return tokens, lengths
+
+
+def _run(config, params, latr, prompts, lengths, n, k_tree=None, seed=0,
+         sampling=SamplingConfig(temperature=1.0)):
+    groups = prompts.shape[0]
+    return jax.device_get(latr_generate_jit(
+        config, latr, sampling, n, 256, params, jnp.asarray(prompts), jnp.asarray(lengths),
+        jnp.arange(groups, dtype=jnp.int32), jnp.int32(latr.k if k_tree is None else k_tree),
+        jax.random.key(seed), jnp.asarray([EOS], jnp.int32)))
+
+
+def _next_probs_fn(config, params, prompt, n):
+    width = len(prompt) + n
+
+    @jax.jit
+    def probs(tokens, position):
+        logits = models.forward(config, params, tokens[None])[0, position]
+        return jax.nn.softmax(logits)
+
+    def next_probs(generated):
+        seq = list(prompt) + list(generated)
+        padded = np.zeros(width, np.int32)
+        padded[:len(seq)] = seq
+        return np.asarray(probs(jnp.asarray(padded), len(seq) - 1))
+    return next_probs
+
+
+SETTINGS = [
+    # k, tau_abs, tau_rel, tau_ed, windows, n
+    (4, 0.2, 0.3, 0.6, (3, 5), 16),
+    (4, 0.15, 0.5, 0.8, (2, 4, 6), 18),
+    (6, 0.1, 0.6, 0.5, (4,), 14),
+]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tree_phase_equals_plain_python_algorithm_1(peaky, setting, seed):
+    config, params = peaky
+    k, tau_abs, tau_rel, tau_ed, windows, n = setting
+    latr = LatrConfig(k=k, tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    prompts, lengths = _prompts(3, seed)
+    out = _run(config, params, latr, prompts, lengths, n, seed=seed)
+    total_branches = total_prunes = 0
+    for g in range(3):
+        prompt = prompts[g, :lengths[g]].tolist()
+        ref = latr_tree_reference(_next_probs_fn(config, params, prompt, n), k, n, tau_abs,
+                                  tau_rel, tau_ed, windows, {EOS})
+        end = ref["tree_end"]
+        assert out.tree_end_step[g] == end
+        nb, np_ = int(out.num_branches[g]), int(out.num_prunes[g])
+        assert nb == len(ref["branches"]) and np_ == len(ref["prunes"])
+        got_branches = list(zip(out.branch_step[g, :nb].tolist(), out.branch_parent[g, :nb].tolist(),
+                                out.branch_slot[g, :nb].tolist(), out.branch_token[g, :nb].tolist()))
+        assert got_branches == ref["branches"]
+        got_prunes = sorted(zip(out.prune_step[g, :np_].tolist(), out.prune_slot[g, :np_].tolist(),
+                                out.prune_window[g, :np_].tolist()))
+        assert got_prunes == sorted(ref["prunes"])
+        for j, s in enumerate(ref["slots"]):
+            if s is None:
+                continue  # a slot free at the end of the tree phase: completed afterwards
+            assert out.origin[g, j] == TREE
+            assert out.parent[g, j] == s["parent"] and out.birth[g, j] == s["birth"]
+            upto = min(end, len(s["tokens"]))
+            assert out.tokens[g, j, :upto].tolist() == s["tokens"][:upto]
+        total_branches += nb
+        total_prunes += np_
+    # the settings are chosen so the trees really branch and prune
+    assert total_branches > 0
+
+
+def test_settings_exercise_branching_and_pruning(peaky):
+    config, params = peaky
+    branches = prunes = 0
+    for k, tau_abs, tau_rel, tau_ed, windows, n in SETTINGS:
+        latr = LatrConfig(k=k, tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+        for seed in (0, 1):
+            out = _run(config, params, latr, *_prompts(3, seed), n, seed=seed)
+            branches += int(out.num_branches.sum())
+            prunes += int(out.num_prunes.sum())
+    assert branches >= 5 and prunes >= 2
+
+
+@pytest.mark.parametrize("completion", ["fresh", "duplicate"])
+def test_every_group_returns_exactly_k_sequences(peaky, completion):
+    config, params = peaky
+    # τ_ed = 1 prunes every branch whose window is not entirely different from its parent's,
+    # and branching is rare at these thresholds: groups end short of k and get completed
+    latr = LatrConfig(k=6, tau_abs=0.2, tau_rel=0.3, tau_ed=1.0, windows=(2, 4),
+                      completion=completion)
+    prompts, lengths = _prompts(4, 5)
+    out = _run(config, params, latr, prompts, lengths, 16)
+    assert out.tokens.shape == (4, 6, 16)
+    assert np.all(out.lengths >= 1)
+    np.testing.assert_array_equal(out.mask, np.arange(16)[None, None] < out.lengths[..., None])
+    completed = FRESH if completion == "fresh" else DUPLICATE
+    assert np.all(np.isin(out.origin, [TREE, completed]))
+    assert np.any(out.origin == completed)
+    for g, j in zip(*np.nonzero(out.origin == DUPLICATE)):
+        source = out.parent[g, j]
+        assert out.origin[g, source] == TREE
+        np.testing.assert_array_equal(out.tokens[g, j], out.tokens[g, source])
+    for g, j in zip(*np.nonzero(out.origin == FRESH)):
+        assert out.parent[g, j] == -1 and out.birth[g, j] == -1
+    # each sequence ends at EOS or at n
+    for g in range(4):
+        for j in range(6):
+            length = out.lengths[g, j]
+            assert out.finished[g, j] == (out.tokens[g, j, length - 1] == EOS)
+            assert out.finished[g, j] or length == 16
+
+
+def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky):
+    """Every returned token's log-prob (tree, branch, stochastic and fresh) equals a teacher-forced
+    full forward at temperature 1."""
+    config, params = peaky
+    latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    prompts, lengths = _prompts(2, 7)
+    out = _run(config, params, latr, prompts, lengths, 12, k_tree=3,
+               sampling=SamplingConfig(temperature=0.8, top_p=0.9))
+    assert np.all(out.origin[:, 3] == PLAIN)
+    for g in range(2):
+        prompt = prompts[g, :lengths[g]].tolist()
+        for j in range(4):
+            gen = out.tokens[g, j, :out.lengths[g, j]].tolist()
+            seq = jnp.asarray([prompt + gen])
+            logp = jax.nn.log_softmax(models.forward(config, params, seq)[0], axis=-1)
+            for t, token in enumerate(gen):
+                expected = float(logp[len(prompt) + t - 1, token])
+                assert out.logprobs[g, j, t] == pytest.approx(expected, abs=1e-4)
+
+
+def test_descendants_of_a_pruned_branch_are_removed():
+    """A hand-built tree: slot 1 is a child of the root, slot 2 of slot 1, slot 3 of slot 2.
+    Pruning slot 1 must remove 2 and 3 but keep the root; pruning 2 keeps 0 and 1."""
+    parent = np.array([-1, 0, 1, 2])
+
+    def remove_with_descendants(direct):
+        remove = direct.copy()
+        for _ in range(4):
+            remove = remove | ((parent >= 0) & remove[np.maximum(parent, 0)])
+        return remove
+
+    assert remove_with_descendants(np.array([0, 1, 0, 0], bool)).tolist() == [0, 1, 1, 1]
+    assert remove_with_descendants(np.array([0, 0, 1, 0], bool)).tolist() == [0, 0, 1, 1]
+    assert remove_with_descendants(np.array([0, 0, 0, 1], bool)).tolist() == [0, 0, 0, 1]
+
+
+def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
+    """In the kernel's own runs: after a prune at step l, no alive slot descends from the pruned
+    slot, and children of pruned slots never reach the output."""
+    config, params = peaky
+    latr = LatrConfig(k=6, tau_abs=0.1, tau_rel=0.6, tau_ed=0.5, windows=(3, 6))
+    found = False
+    for seed in range(4):
+        out = _run(config, params, latr, *_prompts(3, seed), 20, seed=seed)
+        for g in range(3):
+            nb = int(out.num_branches[g])
+            births = {(int(s), int(sl)): int(p) for s, p, sl in zip(
+                out.branch_step[g, :nb], out.branch_parent[g, :nb], out.branch_slot[g, :nb])}
+            for step, slot in zip(out.prune_step[g, :int(out.num_prunes[g])],
+                                  out.prune_slot[g, :int(out.num_prunes[g])]):
+                # every child born from the pruned slot before the prune is gone from the output
+                for (b_step, b_slot), b_parent in births.items():
+                    if b_parent == slot and b_step < step:
+                        found = True
+                        assert not (out.origin[g, b_slot] == TREE and out.birth[g, b_slot] == b_step
+                                    and out.parent[g, b_slot] == slot)
+    assert found, "no run pruned a branch that had children; adjust the thresholds"
+
+
+def test_hybrid_zero_tree_slots_is_plain_sampling(peaky):
+    config, params = peaky
+    latr = LatrConfig(k=4)
+    prompts, lengths = _prompts(2, 3)
+    out = _run(config, params, latr, prompts, lengths, 10, k_tree=0)
+    assert np.all(out.origin == PLAIN) and np.all(out.num_branches == 0)
+    assert np.all(out.tree_end_step == 0)
+
+
+_SHARDED = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, {tests!r})
+    import jax, jax.numpy as jnp, numpy as np
+    from jaxtree import models
+    from jaxtree.sampling.latr import LatrConfig, latr_generate_jit, latr_generate_sharded
+    from jaxtree.sampling.logits_processing import SamplingConfig
+    from jaxtree.train.mesh import make_mesh
+    from test_latr import _prompts, peaky_model
+    config, params = peaky_model()
+    latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    prompts, lengths = _prompts(8, 11)
+    args = (params, jnp.asarray(prompts), jnp.asarray(lengths), jnp.arange(8, dtype=jnp.int32),
+            jnp.int32(3), jax.random.key(5), jnp.asarray([258], jnp.int32))
+    sampling = SamplingConfig(temperature=1.0)
+    one = jax.device_get(latr_generate_jit(config, latr, sampling, 12, 256, *args))
+    mesh = make_mesh(8, 1, 1)
+    many = jax.device_get(latr_generate_sharded(mesh, config, latr, sampling, 12, 256, *args))
+    for name, a, b in zip(one._fields, one, many):
+        if np.issubdtype(np.asarray(a).dtype, np.floating):  # matmuls of another batch size
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+        else:  # tokens, tree structure, events: identical
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    print("SHARDED_LATR_MATCH", int(one.num_branches.sum()))
+""")
+
+
+def test_sharded_over_eight_fake_devices_equals_one_device():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-c", _SHARDED.format(tests=tests)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SHARDED_LATR_MATCH" in proc.stdout

@@ -61,6 +61,7 @@ def rl_config(config: ml_collections.ConfigDict, algorithm: str,
     train = dict(
         algorithm=algorithm,
         init="sft",                 # 'sft': warm start into <workdir>/sft first; 'model': model.name
+        strategy="independent",     # independent | latr (single-turn tasks; see config.latr)
         steps=60, groups_per_step=8, group_size=8,
         advantage="grpo",           # grpo | drgrpo | rloo | step_reward
         adv_epsilon=1e-6,
@@ -83,6 +84,12 @@ def rl_config(config: ml_collections.ConfigDict, algorithm: str,
         raise ValueError(f"unknown train fields {sorted(unknown)}")
     train.update(overrides)
     config.train = ml_collections.ConfigDict(train)
+    # LATR rollouts (train.strategy = 'latr'); defaults: LATR App. B.3
+    config.latr = ml_collections.ConfigDict(dict(
+        tau_abs=0.25, tau_rel=0.15, tau_ed=0.4, windows=(20, 30, 50), completion="fresh",
+        eta0=1.0, gamma=0.985,          # η = η0·γ^step (Eq. 10; γ = 0.985 for Countdown)
+        eta_schedule=(),                # or ((from_step, η), ...), piecewise constant
+    ))
     return config
 
 

@@ -5,6 +5,7 @@
     python -m launch.benchmark envs --episodes=50
     python -m launch.benchmark rollout --slots=64,256 --rollout_episodes=512
     python -m launch.benchmark train --models=tiny,small-25m --micro_batches=8,32
+    python -m launch.benchmark latr --lengths=128,256 --prompts=8,32
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-_BENCHMARKS = ("sampler", "envs", "rollout", "train")
+_BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
@@ -34,6 +35,11 @@ _ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per a
 _TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minibatch.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 384, "train: tokens per sequence.")
 _MICRO_BATCHES = flags.DEFINE_list("micro_batches", ["8", "32"], "train: micro-batch sizes.")
+_LENGTHS = flags.DEFINE_list("lengths", ["128", "256"], "latr: tokens per rollout.")
+_PROMPTS = flags.DEFINE_list("prompts", ["8", "32"], "latr: prompt groups.")
+_K = flags.DEFINE_integer("k", 8, "latr: rollouts per prompt.")
+_PYTHON_ANCHOR = flags.DEFINE_boolean("python_anchor", True,
+                                      "latr: also time the per-row Python bookkeeping variant.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -64,6 +70,11 @@ def main(argv):
 
         train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
                   [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output)
+    elif name == "latr":
+        from launch.benchmarks import latr  # noqa: PLC0415
+
+        latr.run([int(n) for n in _LENGTHS.value], [int(p) for p in _PROMPTS.value], _K.value,
+                 _REPEATS.value, output, with_python=_PYTHON_ANCHOR.value)
 
 
 if __name__ == "__main__":

@@ -73,9 +73,11 @@ def run_app(main) -> None:
 
     from absl import app, flags
 
-    try:
-        flags.FLAGS(sys.argv)
-    except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
-        message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
-        sys.exit(f"invalid command-line flag or config override: {message}")
-    app.run(main)
+    def parse(argv):
+        try:
+            return flags.FLAGS(argv)
+        except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
+            message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
+            sys.exit(f"invalid command-line flag or config override: {message}")
+
+    app.run(main, flags_parser=parse)

@@ -12,6 +12,8 @@ SIGTERM saves a checkpoint and exits cleanly. Writes <workdir>/metrics.jsonl, Te
 config.train fields (defaults in `jaxtree.experiment.rl_config`):
   algorithm                 'grpo' or 'dapo' (sets the fields below that define the recipe)
   init                      'sft' | 'model'
+  strategy                  'independent' | 'latr' (single-turn tasks; config.latr: tau_abs,
+                            tau_rel, tau_ed, windows, completion, eta0, gamma, eta_schedule)
   steps, groups_per_step, group_size     tasks per step and rollouts per task
   advantage                 'grpo' (mean/std) | 'drgrpo' (mean only) | 'rloo' | 'step_reward'
   adv_epsilon               std epsilon of GRPO
@@ -44,6 +46,7 @@ from ml_collections import config_flags
 
 from jaxtree import losses
 from jaxtree.experiment import ALGORITHMS
+from jaxtree.sampling.latr import COMPLETIONS
 from jaxtree.train import checkpoints
 from jaxtree.train.trainer import Trainer
 from launch import warm_start
@@ -59,6 +62,7 @@ _STOP_AFTER = flags.DEFINE_integer("stop_after", None, "Stop (with a checkpoint)
 _CHOICES = {
     "algorithm": tuple(ALGORITHMS),
     "init": ("sft", "model"),
+    "strategy": ("independent", "latr"),
     "advantage": ("grpo", "drgrpo", "rloo", "step_reward"),
     "filter": ("none", "dynamic_sampling", "top_std"),
     "loss_aggregation": losses.AGGREGATIONS,
@@ -94,8 +98,27 @@ def validate(config: ml_collections.ConfigDict) -> None:
         size = t.mesh[axis]
         require(size > 0 or (axis == "data" and size == -1), f"train.mesh.{axis}",
                 f"{size} must be positive (data may be -1)")
+    if t.strategy == "latr":
+        validate_latr(config)
     if config.train.init == "sft":
         warm_start.validate(config)
+
+
+def validate_latr(config: ml_collections.ConfigDict) -> None:
+    lc = config.latr
+    for field in ("tau_abs", "tau_rel", "tau_ed", "eta0"):
+        require(0 <= lc[field] <= 1, f"latr.{field}", f"{lc[field]} must be in [0, 1]")
+    require(0 < lc.gamma <= 1, "latr.gamma", f"{lc.gamma} must be in (0, 1]")
+    require(len(lc.windows) > 0 and all(int(w) > 0 for w in lc.windows), "latr.windows",
+            f"{lc.windows} must be positive token counts")
+    require(lc.completion in COMPLETIONS, "latr.completion",
+            f"{lc.completion!r} is not one of {COMPLETIONS}")
+    require(all(len(p) == 2 and p[0] >= 0 and 0 <= p[1] <= 1 for p in lc.eta_schedule),
+            "latr.eta_schedule", "must be ((from_step, eta in [0, 1]), ...)")
+    max_steps = env_factory(config)().max_steps
+    require(max_steps == 1, "train.strategy",
+            f"'latr' branches inside one generation and needs a single-turn environment; "
+            f"{config.env.name} allows {max_steps} turns")
 
 
 def initial_policy(config, workdir: str):

@@ -39,7 +39,9 @@ from jaxtree import evaluation, losses
 from jaxtree.policy import Policy
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
 from jaxtree.rollout.independent import sample_independent
+from jaxtree.rollout.latr_rollout import eta_at, num_tree_slots, sample_latr
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
+from jaxtree.sampling.latr import LatrConfig
 from jaxtree.tasks import TaskSampler, eval_seeds
 from jaxtree.train import checkpoints
 from jaxtree.train import mesh as mesh_lib
@@ -47,6 +49,22 @@ from jaxtree.train.metrics import MetricsWriter
 from jaxtree.train.update import (UpdateConfig, Updater, make_optimizer, make_schedule)
 
 WIDTH_MULTIPLE = 64  # token widths are padded to a multiple of this: few distinct shapes
+
+
+def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
+    """pass@1 (mean success), pass@k (groups with a success) and distinct final answers per group
+    (LATR Table 4): the number of different actions the environment parsed in a group's
+    single-turn episodes, or different final actions for multi-turn ones."""
+    groups = np.unique(batch.group_ids)
+    solved, distinct = [], []
+    for g in groups:
+        rows = np.flatnonzero(batch.group_ids == g)
+        solved.append(bool(batch.success[rows].any()))
+        distinct.append(len({str(batch.infos[i].get("action", "")) for i in rows}))
+    sizes = [int((batch.group_ids == g).sum()) for g in groups]
+    return {"rollout/pass@1": float(batch.success.mean()),
+            f"rollout/pass@{max(sizes)}": float(np.mean(solved)),
+            "rollout/distinct_answers": float(np.mean(distinct))}
 
 
 class Trainer:
@@ -79,6 +97,12 @@ class Trainer:
         self.norm_constant = t.norm_constant or float(
             rollout.max_action_tokens * (rollout.max_turns or make_env().max_steps))
         self.checkpointer = checkpoints.TrainCheckpointer(workdir, t.keep_checkpoints)
+        self.rollout_config = rollout
+        if t.strategy == "latr":
+            lc = config.latr
+            self.latr = LatrConfig(k=t.group_size, tau_abs=lc.tau_abs, tau_rel=lc.tau_rel,
+                                   tau_ed=lc.tau_ed, windows=tuple(lc.windows),
+                                   completion=lc.completion)
         self._stop_requested = False
 
     # ------------------------------------------------------------------ rollout and advantages
@@ -91,9 +115,8 @@ class Trainer:
         kept, all_batches, group_offset = [], [], 0
         for round_index in range(rounds):
             tasks = sampler.draw(t.groups_per_step)
-            batch = sample_independent(self.engine, params, jax.random.fold_in(step_key,
-                                                                               round_index),
-                                       tasks, t.group_size)
+            batch, tree_stats = self._sample(params, jax.random.fold_in(step_key, round_index),
+                                             tasks, step)
             batch.group_ids += group_offset
             batch.episode_ids += group_offset * t.group_size
             group_offset += len(tasks)
@@ -115,6 +138,8 @@ class Trainer:
                 batch.outcome_reward, batch.group_ids, t.keep_fraction)))
         turns = max(int(sampled.num_turns.sum()), 1)
         metrics = {
+            **group_diversity(sampled),
+            **tree_stats,
             "rollout/success_rate": float(sampled.success.mean()),
             "rollout/reward_mean": float(sampled.outcome_reward.mean()),
             "rollout/turns": float(sampled.num_turns.mean()),
@@ -126,6 +151,19 @@ class Trainer:
             "rollout/kept_groups": len(np.unique(batch.group_ids)) if len(batch) else 0,
         }
         return batch, metrics
+
+    def _sample(self, params, rng, tasks, step: int) -> tuple[TrajectoryBatch, dict]:
+        """One round of `group_size` rollouts per task with the configured strategy."""
+        t = self.t
+        if t.strategy == "independent":
+            return sample_independent(self.engine, params, rng, tasks, t.group_size), {}
+        lc = self.config.latr
+        tree_slots = num_tree_slots(eta_at(step - 1, lc.eta0, lc.gamma,
+                                           tuple(tuple(p) for p in lc.eta_schedule)),
+                                    t.group_size)
+        return sample_latr(self.policy.config, self.policy.tokenizer, self.make_env, params, rng,
+                           tasks, self.latr, tree_slots, self.rollout_config.sampling,
+                           self.rollout_config.max_action_tokens)
 
     def token_advantages(self, batch: TrajectoryBatch) -> np.ndarray:
         """float32[N, T] advantages on the action tokens of `batch`."""
@@ -287,8 +325,9 @@ class Trainer:
             metrics.update(update_metrics)
         metrics.update({"time/rollout": rollout_seconds,
                         "time/update": time.perf_counter() - start - rollout_seconds,
-                        "time/step": time.perf_counter() - start,
-                        "rollout/host_share": self.engine.stats.host_share})
+                        "time/step": time.perf_counter() - start})
+        if self.t.strategy == "independent":
+            metrics["rollout/host_share"] = self.engine.stats.host_share
         return state, metrics
 
     def _save(self, state, rng, sampler: TaskSampler, step: int, initial_eval) -> None:

@@ -5,8 +5,10 @@ backward, clipped surrogate with a KL term, accumulation under `lax.scan`, AdamW
 `rows` random sequences of `seq_len` tokens, half of each row marked as action tokens. Timed as the
 median of `repeats` calls after a compiling warm-up.
 
-FLOPs per step are XLA's own count for the compiled step (`cost_analysis`), so attention, the
-vocabulary projection and the optimizer are included; the ceiling is a large float32 matmul timed
+FLOPs per step are XLA's own count (`cost_analysis`) for the same step compiled with one
+micro-batch holding all rows (XLA counts a loop body once, not once per iteration, so the
+accumulating step itself would under-report by its number of micro-batches); attention, the
+vocabulary projection and the optimizer are included. The ceiling is a large float32 matmul timed
 in the same run (`common.matmul_flops`), the best this machine does on the op the step is made of.
 """
 
@@ -35,6 +37,14 @@ def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarr
     return batch
 
 
+def _step_flops(config, params, batch, rows: int) -> float:
+    updater = Updater(config, make_optimizer(make_schedule(1e-4)),
+                      UpdateConfig(kl_coef=0.01, micro_batch_size=rows), make_mesh(), params)
+    state = jax.eval_shape(updater.init_state, params)
+    placed = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+    return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
+
+
 def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, output: str) -> None:
     ceiling = matmul_flops(2048)
     results, table = [], []
@@ -42,13 +52,13 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
         config = models.get_preset(name)
         params = models.init_params(config, jax.random.key(0))
         batch = _batch(config, rows, seq_len)
+        flops = _step_flops(config, params, batch, rows)
         for micro in micro_batches:
             updater = Updater(config, make_optimizer(make_schedule(1e-4)),
                               UpdateConfig(kl_coef=0.01, micro_batch_size=micro), make_mesh(),
                               params)
             state = [updater.init_state(params)]
             placed = {k: jax.device_put(v, updater.batch_sharding) for k, v in batch.items()}
-            flops = updater._step.lower(state[0], placed).compile().cost_analysis()["flops"]
 
             def step():
                 state[0], metrics = updater._step(state[0], placed)

@@ -33,9 +33,12 @@ rollout) and stops costing forward work.
 
 Completion: a group whose tree ends with fewer than k_tree alive tree slots (pruning freed slots
 that no later branch refilled) is completed either with fresh stochastic samples from the prompt
-('fresh', the default: a second loop of plain sampling on those slots only, starting from the
-prompt's cache) or by duplicating surviving rows round-robin ('duplicate', no extra forwards, but
-duplicate rollouts carry no new information for group-relative advantages).
+('fresh', the default) or by duplicating surviving rows round-robin ('duplicate', no extra
+forwards, but duplicates carry no new information for group-relative advantages). Fresh samples
+are computed speculatively: a free tree slot samples from the prompt from step 0 (the batched
+forward computes every row anyway), a branch born into the slot discards that sample, and a sample
+that survives to the end completes its group at no extra cost. Only slots freed by a prune (their
+sample was discarded) need a second loop of plain sampling from the prompt.
 
 Hybrid rollout (§3.3): slots [0, k_tree) of a group run LATR, slots [k_tree, k) plain sampling, in
 the same batch; k_tree = round(η·k) is a traced input, so annealing η never recompiles.
@@ -221,12 +224,18 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         forwards=jnp.zeros((groups,), jnp.int32),
     )
 
+    # 'fresh' completion: free tree slots sample from the prompt while nothing else uses them
+    # (the batched forward computes every row anyway); a branch born into a slot discards its
+    # sample, and samples that survive to the end complete their groups without another pass.
+    state0["shadow"] = ~state0["alive"] & ~plain & (latr.completion == "fresh")
+
     def cond(s):
-        return (s["step"] < n) & jnp.any(s["alive"] & ~s["finished"])
+        return (s["step"] < n) & jnp.any((s["alive"] | s["shadow"]) & ~s["finished"])
 
     def body(s):
         l = s["step"]
         active = s["alive"] & ~s["finished"]
+        shadow_running = s["shadow"] & ~s["finished"]
         logits = s["logits"]
         probs = jax.nn.softmax(logits, axis=-1)
         logp_all = jax.nn.log_softmax(logits, axis=-1)
@@ -236,7 +245,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         sampled, _, _ = sample_tokens(uniforms[:, l], logits, sampling)
         top_p, top_tok = jax.lax.top_k(probs, 3)
         token = jnp.where(tree_mode, top_tok[:, 0], sampled)
-        token = jnp.where(active, token, pad_id)
+        token = jnp.where(active | shadow_running, token, pad_id)
         token_logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
 
         # branch: candidates 2 and 3 of the top-3 (at most two tokens besides c* can exceed
@@ -265,6 +274,8 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
                              lambda c: c, s["cache"])
         alive = s["alive"] | born
         active = active | born
+        shadow = s["shadow"] & ~born
+        writing = active | (shadow & ~s["finished"])
         # log births in allocation order (ok is a prefix of each group's k assignments)
         b_target = jnp.where(ok, s["num_branches"][:, None] + jnp.arange(k)[None, :], events)
         gi_k = jnp.repeat(jnp.arange(groups)[:, None], k, axis=1)
@@ -276,12 +287,12 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         num_branches = s["num_branches"] + ok.sum(axis=1).astype(jnp.int32)
 
         # write this step's tokens; a slot finishes on EOS or at the last position
-        tokens = tokens.at[:, l].set(jnp.where(active, token, tokens[:, l]))
-        logprobs = logprobs.at[:, l].set(jnp.where(active, token_logp, logprobs[:, l]))
-        lengths = jnp.where(active, l + 1, jnp.where(born, l + 1, s["lengths"]))
+        tokens = tokens.at[:, l].set(jnp.where(writing, token, tokens[:, l]))
+        logprobs = logprobs.at[:, l].set(jnp.where(writing, token_logp, logprobs[:, l]))
+        lengths = jnp.where(writing, l + 1, s["lengths"])
         hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
-        finished = s["finished"] | (active & (hit_eos | (l + 1 >= n)))
-        finished = jnp.where(born, active & (hit_eos | (l + 1 >= n)), finished)
+        ends = writing & (hit_eos | (l + 1 >= n))
+        finished = jnp.where(born, ends, s["finished"] | ends)
 
         # prune children whose lookahead window ends now (Alg. 1 line 23: birth = l - r)
         remove = jnp.zeros((rows,), bool)
@@ -334,13 +345,14 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         tree_end = jnp.where((tree_end == n) & ~group_running, l + 1, tree_end)
 
         # forward this step's tokens (children included; removed and finished rows idle)
-        feed = active & alive & ~finished
+        feed = ((active & alive) | shadow) & ~finished
         new_logits, cache = model.apply({"params": params}, token[:, None], cache,
                                         feed.astype(jnp.int32), last_only=True)
         forwards = s["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(jnp.int32)
         return dict(
             step=l + 1, cache=cache, logits=jnp.where(feed[:, None], new_logits, logits),
-            tokens=tokens, logprobs=logprobs, alive=alive, finished=finished, lengths=lengths,
+            tokens=tokens, logprobs=logprobs, alive=alive, shadow=shadow, finished=finished,
+            lengths=lengths,
             parent=jnp.where(alive, parent, -1), birth=jnp.where(alive, birth, -1),
             saturated=saturated, tree_end=tree_end, num_branches=num_branches,
             num_prunes=num_prunes, **branch_log, prune_step=prune_step_log, prune_slot=prune_slot_log,
@@ -366,9 +378,11 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         origin = jnp.where(missing, DUPLICATE, origin)
         forwards = s["forwards"]
     else:
+        # slots whose sample survived are complete; only slots freed by a late prune need a
+        # second pass (its loop does nothing when there are none)
         tokens, logprobs, lengths, finished, forwards = _complete_fresh(
-            model, sampling, n, pad_id, params, s, missing, root_logits, prompt_lengths, k,
-            uniforms[:, n:], eos_ids)
+            model, sampling, n, pad_id, params, s, missing & ~s["shadow"], root_logits,
+            prompt_lengths, k, uniforms[:, n:], eos_ids)
         parent, birth = s["parent"], s["birth"]
         origin = jnp.where(missing, FRESH, origin)
     mask = jnp.arange(n)[None, :] < lengths[:, None]

@@ -56,7 +56,8 @@ import jax.numpy as jnp
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, init_cache
 from jaxtree.models.transformer import Transformer
-from jaxtree.sampling.edit_distance import edit_distance_normalized
+from jaxtree.sampling.edit_distance import (levenshtein_add_column, levenshtein_add_row,
+                                            levenshtein_read_normalized, levenshtein_table)
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 
 # Where a slot's final sequence came from (LatrOutput.origin).
@@ -137,6 +138,19 @@ def _copy_cache_rows(cache: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
     keys = tuple(k.at[dst].set(k[src], mode="drop") for k in cache.keys)
     values = tuple(v.at[dst].set(v[src], mode="drop") for v in cache.values)
     return KVCache(keys, values, cache.lengths.at[dst].set(cache.lengths[src], mode="drop"))
+
+
+def _top3(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The three largest probabilities per row and their tokens (lowest index first on ties, as
+    `lax.top_k`), by three argmax passes: cheaper than a top-k sort over the vocabulary on CPU."""
+    values, indices = [], []
+    remaining = probs
+    for _ in range(3):
+        index = jnp.argmax(remaining, axis=-1)
+        values.append(jnp.take_along_axis(remaining, index[:, None], axis=-1)[:, 0])
+        indices.append(index.astype(jnp.int32))
+        remaining = remaining.at[jnp.arange(probs.shape[0]), index].set(-1.0)
+    return jnp.stack(values, axis=1), jnp.stack(indices, axis=1)
 
 
 def _window(tokens: jax.Array, lengths: jax.Array, start: jax.Array, width: int):
@@ -224,6 +238,9 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         forwards=jnp.zeros((groups,), jnp.int32),
     )
 
+    empty_table = levenshtein_table(1, r_max)[0]
+    state0.update(ed_table=levenshtein_table(rows, r_max), ed_a=jnp.zeros((rows,), jnp.int32),
+                  ed_b=jnp.zeros((rows,), jnp.int32))
     # 'fresh' completion: free tree slots sample from the prompt while nothing else uses them
     # (the batched forward computes every row anyway); a branch born into a slot discards its
     # sample, and samples that survive to the end complete their groups without another pass.
@@ -243,7 +260,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
 
         # extend: argmax in tree mode, sampling otherwise
         sampled, _, _ = sample_tokens(uniforms[:, l], logits, sampling)
-        top_p, top_tok = jax.lax.top_k(probs, 3)
+        top_p, top_tok = _top3(probs)
         token = jnp.where(tree_mode, top_tok[:, 0], sampled)
         token = jnp.where(active | shadow_running, token, pad_id)
         token_logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
@@ -298,20 +315,30 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         remove = jnp.zeros((rows,), bool)
         is_child = alive & (parent >= 0) & ~plain
         parent_row = base + jnp.maximum(parent, 0)
+        # extend each lookahead child's edit-distance table by this step's tokens: the child's
+        # window (positions birth+1 ..) adds a row, its parent's a column
+        looking = is_child & (birth < l) & (l <= birth + r_max)
+        ed_table = s["ed_table"].at[dst_row].set(empty_table, mode="drop")   # newborns
+        ed_a = jnp.where(born, 0, s["ed_a"])
+        ed_b = jnp.where(born, 0, s["ed_b"])
+        child_window, _ = _window(tokens, lengths, birth + 1, r_max)
+        parent_window, _ = _window(tokens[parent_row], lengths[parent_row], birth + 1, r_max)
+        grow_a = looking & writing & (ed_a < r_max)
+        grow_b = looking & writing[parent_row] & (ed_b < r_max)
+        ed_table = levenshtein_add_row(ed_table, jnp.minimum(ed_a, r_max - 1), tokens[:, l],
+                                       parent_window, grow_a)
+        ed_a = ed_a + grow_a
+        ed_table = levenshtein_add_column(ed_table, jnp.minimum(ed_b, r_max - 1),
+                                          tokens[parent_row, l], child_window, grow_b)
+        ed_b = ed_b + grow_b
+        distance = levenshtein_read_normalized(ed_table, ed_a, ed_b)
         prune_window = jnp.full((rows,), -1, jnp.int32)
         prune_distance = jnp.full((rows,), jnp.nan, jnp.float32)
         for r in latr.windows:
+            # at step birth + r both windows hold at most r tokens: the table entry is the
+            # distance over the window (each cut after its EOS)
             check = is_child & (birth == l - r) & ~remove
-
-            def distances(args, r=r):
-                tok, lens = args
-                start = birth + 1
-                a, la = _window(tok, lens, start, r)
-                b, lb = _window(tok[parent_row], lens[parent_row], start, r)
-                return edit_distance_normalized(a, b, la, lb)
-
-            dist = jax.lax.cond(jnp.any(check), distances,
-                                lambda args: jnp.ones((rows,), jnp.float32), (tokens, lengths))
+            dist = distance
             pruned_here = check & (dist < latr.tau_ed)
             prune_window = jnp.where(pruned_here, r, prune_window)
             prune_distance = jnp.where(pruned_here, dist, prune_distance)
@@ -352,7 +379,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         return dict(
             step=l + 1, cache=cache, logits=jnp.where(feed[:, None], new_logits, logits),
             tokens=tokens, logprobs=logprobs, alive=alive, shadow=shadow, finished=finished,
-            lengths=lengths,
+            lengths=lengths, ed_table=ed_table, ed_a=ed_a, ed_b=ed_b,
             parent=jnp.where(alive, parent, -1), birth=jnp.where(alive, birth, -1),
             saturated=saturated, tree_end=tree_end, num_branches=num_branches,
             num_prunes=num_prunes, **branch_log, prune_step=prune_step_log, prune_slot=prune_slot_log,

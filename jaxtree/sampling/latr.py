@@ -239,6 +239,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
     )
 
     empty_table = levenshtein_table(1, r_max)[0]
+    prompt_len_rows = jnp.repeat(prompt_lengths, k)
     state0.update(ed_table=levenshtein_table(rows, r_max), ed_a=jnp.zeros((rows,), jnp.int32),
                   ed_b=jnp.zeros((rows,), jnp.int32))
     # 'fresh' completion: free tree slots sample from the prompt while nothing else uses them
@@ -304,11 +305,16 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         num_branches = s["num_branches"] + ok.sum(axis=1).astype(jnp.int32)
 
         # write this step's tokens; a slot finishes on EOS or at the last position
-        tokens = tokens.at[:, l].set(jnp.where(writing, token, tokens[:, l]))
-        logprobs = logprobs.at[:, l].set(jnp.where(writing, token_logp, logprobs[:, l]))
-        lengths = jnp.where(writing, l + 1, s["lengths"])
+        # tree and plain rows write position l; a sample restarted in a freed slot writes at
+        # its own length
+        pos = jnp.where(shadow & ~born, s["lengths"], l)
+        row_ids = jnp.arange(rows)
+        tokens = tokens.at[row_ids, pos].set(jnp.where(writing, token, tokens[row_ids, pos]))
+        logprobs = logprobs.at[row_ids, pos].set(
+            jnp.where(writing, token_logp, logprobs[row_ids, pos]))
+        lengths = jnp.where(writing, pos + 1, s["lengths"])
         hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
-        ends = writing & (hit_eos | (l + 1 >= n))
+        ends = writing & (hit_eos | (pos + 1 >= n))
         finished = jnp.where(born, ends, s["finished"] | ends)
 
         # prune children whose lookahead window ends now (Alg. 1 line 23: birth = l - r)
@@ -347,6 +353,14 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         for _ in range(k):  # descendants: a slot goes when its parent goes
             remove = remove | (is_child & remove[parent_row])
         alive = alive & ~remove
+        # 'fresh' completion: a freed slot restarts a sample from the prompt next step
+        restart = remove & (latr.completion == "fresh")
+        shadow = shadow | restart
+        tokens = jnp.where(restart[:, None], pad_id, tokens)
+        logprobs = jnp.where(restart[:, None], 0.0, logprobs)
+        lengths = jnp.where(restart, 0, lengths)
+        finished = jnp.where(restart, False, finished)
+        cache = cache._replace(lengths=jnp.where(restart, prompt_len_rows, cache.lengths))
 
         # log direct prunes (first E per group)
         direct_g = direct.reshape(groups, k)
@@ -372,12 +386,14 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         tree_end = jnp.where((tree_end == n) & ~group_running, l + 1, tree_end)
 
         # forward this step's tokens (children included; removed and finished rows idle)
-        feed = ((active & alive) | shadow) & ~finished
+        feed = ((active & alive) | shadow) & ~finished & ~restart
         new_logits, cache = model.apply({"params": params}, token[:, None], cache,
                                         feed.astype(jnp.int32), last_only=True)
         forwards = s["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(jnp.int32)
+        new_logits = jnp.where(feed[:, None], new_logits, logits)
         return dict(
-            step=l + 1, cache=cache, logits=jnp.where(feed[:, None], new_logits, logits),
+            step=l + 1, cache=cache,
+            logits=jnp.where(restart[:, None], root_logits, new_logits),
             tokens=tokens, logprobs=logprobs, alive=alive, shadow=shadow, finished=finished,
             lengths=lengths, ed_table=ed_table, ed_a=ed_a, ed_b=ed_b,
             parent=jnp.where(alive, parent, -1), birth=jnp.where(alive, birth, -1),
@@ -408,8 +424,9 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         # slots whose sample survived are complete; only slots freed by a late prune need a
         # second pass (its loop does nothing when there are none)
         tokens, logprobs, lengths, finished, forwards = _complete_fresh(
-            model, sampling, n, pad_id, params, s, missing & ~s["shadow"], root_logits,
-            prompt_lengths, k, uniforms[:, n:], eos_ids)
+            model, sampling, n, pad_id, params, s, missing & ~s["shadow"],
+            s["shadow"] & ~s["finished"], root_logits, prompt_lengths, k, uniforms[:, n:],
+            eos_ids)
         parent, birth = s["parent"], s["birth"]
         origin = jnp.where(missing, FRESH, origin)
     mask = jnp.arange(n)[None, :] < lengths[:, None]
@@ -426,9 +443,10 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         s["prune_distance"], forwards)
 
 
-def _complete_fresh(model, sampling, n, pad_id, params, s, missing, root_logits, prompt_lengths,
-                    k, uniforms, eos_ids):
-    """Plain sampling from the prompt for the `missing` rows (the others idle)."""
+def _complete_fresh(model, sampling, n, pad_id, params, s, missing, unfinished, root_logits,
+                    prompt_lengths, k, uniforms, eos_ids):
+    """Plain sampling from the prompt for the `missing` rows, and to the end for the
+    `unfinished` samples restarted late in the main loop (the others idle)."""
     rows = missing.shape[0]
     groups = rows // k
     prompt_len = jnp.repeat(prompt_lengths, k)
@@ -439,7 +457,7 @@ def _complete_fresh(model, sampling, n, pad_id, params, s, missing, root_logits,
                   logprobs=jnp.where(missing[:, None], 0.0, s["logprobs"]),
                   lengths=jnp.where(missing, 0, s["lengths"]),
                   finished=jnp.where(missing, False, s["finished"]),
-                  running=missing, forwards=s["forwards"])
+                  running=missing | unfinished, forwards=s["forwards"])
 
     def cond(c):
         return (c["step"] < n) & jnp.any(c["running"])
@@ -449,17 +467,20 @@ def _complete_fresh(model, sampling, n, pad_id, params, s, missing, root_logits,
         active = c["running"]
         token, policy_logp, _ = sample_tokens(uniforms[:, l], c["logits"], sampling)
         token = jnp.where(active, token, pad_id)
-        tokens = c["tokens"].at[:, l].set(jnp.where(active, token, c["tokens"][:, l]))
-        logprobs = c["logprobs"].at[:, l].set(jnp.where(active, policy_logp,
-                                                        c["logprobs"][:, l]))
+        pos = jnp.minimum(c["lengths"], n - 1)
+        row_ids = jnp.arange(rows)
+        tokens = c["tokens"].at[row_ids, pos].set(jnp.where(active, token,
+                                                            c["tokens"][row_ids, pos]))
+        logprobs = c["logprobs"].at[row_ids, pos].set(
+            jnp.where(active, policy_logp, c["logprobs"][row_ids, pos]))
         hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
-        done = active & (hit_eos | (l + 1 >= n))
+        done = active & (hit_eos | (pos + 1 >= n))
         feed = active & ~done
         logits, cache = model.apply({"params": params}, token[:, None], c["cache"],
                                     feed.astype(jnp.int32), last_only=True)
         return dict(step=l + 1, cache=cache,
                     logits=jnp.where(feed[:, None], logits, c["logits"]), tokens=tokens,
-                    logprobs=logprobs, lengths=jnp.where(active, l + 1, c["lengths"]),
+                    logprobs=logprobs, lengths=jnp.where(active, pos + 1, c["lengths"]),
                     finished=jnp.where(active, hit_eos, c["finished"]), running=feed,
                     forwards=c["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(
                         jnp.int32))

@@ -37,8 +37,9 @@ that no later branch refilled) is completed either with fresh stochastic samples
 forwards, but duplicates carry no new information for group-relative advantages). Fresh samples
 are computed speculatively: a free tree slot samples from the prompt from step 0 (the batched
 forward computes every row anyway), a branch born into the slot discards that sample, and a sample
-that survives to the end completes its group at no extra cost. Only slots freed by a prune (their
-sample was discarded) need a second loop of plain sampling from the prompt.
+that survives to the end completes its group at no extra cost. A slot freed by a prune restarts a
+sample from the prompt at once (its cache row still holds the prompt: all slots of a group share
+it); a short loop after the main one finishes the samples that started too late to end by n.
 
 Hybrid rollout (§3.3): slots [0, k_tree) of a group run LATR, slots [k_tree, k) plain sampling, in
 the same batch; k_tree = round(η·k) is a traced input, so annealing η never recompiles.

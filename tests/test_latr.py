@@ -172,19 +172,27 @@ def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky):
 
 
 def test_descendants_of_a_pruned_branch_are_removed():
-    """A hand-built tree: slot 1 is a child of the root, slot 2 of slot 1, slot 3 of slot 2.
-    Pruning slot 1 must remove 2 and 3 but keep the root; pruning 2 keeps 0 and 1."""
-    parent = np.array([-1, 0, 1, 2])
+    """Hand-built trees (two groups of 5 slots, rows 0-4 and 5-9). Group 0 is a chain
+    0 <- 1 <- 2 <- 3 plus 4 <- 0; group 1 has root 5 with children 6 and 8, and 7 <- 6, 9 <- 8."""
+    from jaxtree.sampling.latr import with_descendants
+    parent = np.array([-1, 0, 1, 2, 0, -1, 5, 6, 5, 8])
+    is_child = jnp.asarray(parent >= 0)
+    parent_row = jnp.asarray([0, 0, 1, 2, 0, 5, 5, 6, 5, 8])
 
-    def remove_with_descendants(direct):
-        remove = direct.copy()
-        for _ in range(4):
-            remove = remove | ((parent >= 0) & remove[np.maximum(parent, 0)])
-        return remove
+    def removed(*direct):
+        mask = np.zeros(10, bool)
+        mask[list(direct)] = True
+        out = np.asarray(with_descendants(jnp.asarray(mask), parent_row, is_child, 5))
+        return sorted(np.flatnonzero(out).tolist())
 
-    assert remove_with_descendants(np.array([0, 1, 0, 0], bool)).tolist() == [0, 1, 1, 1]
-    assert remove_with_descendants(np.array([0, 0, 1, 0], bool)).tolist() == [0, 0, 1, 1]
-    assert remove_with_descendants(np.array([0, 0, 0, 1], bool)).tolist() == [0, 0, 0, 1]
+    assert removed(1) == [1, 2, 3]              # the chain below 1, not its sibling 4
+    assert removed(2) == [2, 3]
+    assert removed(3) == [3]
+    assert removed(4) == [4]
+    assert removed(6) == [6, 7]                 # the other group is untouched by group 0
+    assert removed(8, 2) == [2, 3, 8, 9]
+    assert removed(6, 8) == [6, 7, 8, 9]        # the root itself is never a child
+    assert removed() == []
 
 
 def test_kernel_removes_descendants_of_a_pruned_branch(peaky):

@@ -141,6 +141,18 @@ def _copy_cache_rows(cache: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
     return KVCache(keys, values, cache.lengths.at[dst].set(cache.lengths[src], mode="drop"))
 
 
+def with_descendants(remove: jax.Array, parent_row: jax.Array, is_child: jax.Array,
+                     k: int) -> jax.Array:
+    """`remove` (bool[R]) extended to every descendant: a child goes when its parent goes.
+
+    parent_row: int32[R], each slot's parent row (ignored where `is_child` is False). k passes
+    reach every descendant: a group has k slots, so no chain is longer.
+    """
+    for _ in range(k):
+        remove = remove | (is_child & remove[parent_row])
+    return remove
+
+
 def _top3(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The three largest probabilities per row and their tokens (lowest index first on ties, as
     `lax.top_k`), by three argmax passes: cheaper than a top-k sort over the vocabulary on CPU."""
@@ -351,8 +363,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
             prune_distance = jnp.where(pruned_here, dist, prune_distance)
             remove = remove | pruned_here
         direct = remove
-        for _ in range(k):  # descendants: a slot goes when its parent goes
-            remove = remove | (is_child & remove[parent_row])
+        remove = with_descendants(remove, parent_row, is_child, k)
         alive = alive & ~remove
         # 'fresh' completion: a freed slot restarts a sample from the prompt next step
         restart = remove & (latr.completion == "fresh")

@@ -72,13 +72,11 @@ def test_latr_strategy_needs_a_single_turn_environment():
     from jaxtree.experiment import rl_config, sibling_config
     from launch import train
     from launch.common import ConfigError
-    import os
-    configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
-                           "x.py")
-    config = rl_config(sibling_config(configs, "frozen_lake_sft"), "grpo", strategy="latr")
+    from test_trainer import CONFIG_FILE
+    config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo", strategy="latr")
     with pytest.raises(ConfigError, match=r"train\.strategy"):
         train.validate(config)
-    config = rl_config(sibling_config(configs, "countdown_sft"), "grpo", strategy="latr")
+    config = rl_config(sibling_config(CONFIG_FILE, "countdown_sft"), "grpo", strategy="latr")
     train.validate(config)
     config.latr.completion = "copy"
     with pytest.raises(ConfigError, match=r"latr\.completion"):

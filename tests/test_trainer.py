@@ -13,6 +13,7 @@ import pytest
 from ml_collections import config_flags
 
 from jaxtree.experiment import rl_config, sibling_config
+from jaxtree.policy import load_policy
 from jaxtree.train import checkpoints
 from jaxtree.train.metrics import read_metrics
 
@@ -21,26 +22,23 @@ CONFIG_FILE = os.path.join(ROOT, "configs", "frozen_lake_grpo.py")
 
 # Toy run: the random tiny model, 2 lakes x 2 rollouts of at most 3 turns per step. The entropy
 # bonus gives every step a non-zero gradient even when all rewards in a group are equal.
-TOY_OVERRIDES = [
-    "--config.train.init=model", "--config.model.name=tiny", "--config.rollout.num_slots=8",
-    "--config.rollout.context_length=256", "--config.rollout.max_turns=3",
-    "--config.rollout.max_action_tokens=4", "--config.train.groups_per_step=2",
-    "--config.train.group_size=2", "--config.train.micro_batch_size=2",
-    "--config.train.entropy_coef=0.01", "--config.train.learning_rate=1e-3",
-    "--config.train.eval_num_tasks=2", "--config.train.eval_samples_per_task=1",
-    "--config.train.eval_every=2", "--config.train.save_every=1",
-    "--config.train.tensorboard=False",
-]
+TOY = {
+    "model.name": "tiny", "rollout.num_slots": 8, "rollout.context_length": 256,
+    "rollout.max_turns": 3, "rollout.max_action_tokens": 4, "train.init": "model",
+    "train.groups_per_step": 2, "train.group_size": 2, "train.micro_batch_size": 2,
+    "train.entropy_coef": 0.01, "train.learning_rate": 1e-3, "train.eval_num_tasks": 2,
+    "train.eval_samples_per_task": 1, "train.eval_every": 2, "train.save_every": 1,
+    "train.tensorboard": False,
+}
+TOY_OVERRIDES = [f"--config.{key}={value}" for key, value in TOY.items()]
 
 
 def toy_config(steps=4, **train):
     config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo")
-    config.model.name = "tiny"
-    config.rollout.update(num_slots=8, context_length=256, max_turns=3, max_action_tokens=4)
-    config.train.update(dict(init="model", steps=steps, groups_per_step=2, group_size=2,
-                             micro_batch_size=2, entropy_coef=0.01, learning_rate=1e-3,
-                             eval_num_tasks=2, eval_samples_per_task=1, eval_every=2,
-                             save_every=1, tensorboard=False))
+    for key, value in TOY.items():
+        section, field = key.split(".")
+        config[section][field] = value
+    config.train.steps = steps
     config.train.update(train)
     return config
 
@@ -73,8 +71,7 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise(tmp_path):
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     assert _deterministic(records) == _deterministic(read_metrics(resumed))
     # the run did learn something: parameters moved, and every step made one optimizer update
-    initial = jax.tree_util.tree_leaves(
-        __import__("jaxtree.policy", fromlist=["x"]).load_policy("tiny").params)
+    initial = jax.tree_util.tree_leaves(load_policy("tiny").params)
     assert any(not np.array_equal(x, y) for x, y in zip(initial, jax.tree_util.tree_leaves(a)))
     assert all(r["train/skipped"] == 0 for r in records[1:])
     assert "eval/success_rate" in records[0] and "eval/success_rate" in records[4]

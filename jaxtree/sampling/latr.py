@@ -166,12 +166,12 @@ def _top3(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.stack(values, axis=1), jnp.stack(indices, axis=1)
 
 
-def _window(tokens: jax.Array, lengths: jax.Array, start: jax.Array, width: int):
-    """Tokens at positions start..start+width-1 of each row, and how many exist (< lengths)."""
+def _window(tokens: jax.Array, source_rows: jax.Array, start: jax.Array, width: int):
+    """int32[R, width]: for each row r, the tokens of row source_rows[r] at positions
+    start[r] .. start[r] + width - 1 (gathered directly, without copying whole token rows)."""
     n = tokens.shape[1]
-    index = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
-    window = jnp.take_along_axis(tokens, jnp.clip(index, 0, n - 1), axis=1)
-    return window, jnp.clip(lengths - start, 0, width).astype(jnp.int32)
+    index = jnp.clip(start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :], 0, n - 1)
+    return tokens[source_rows[:, None], index]
 
 
 def _branch_assignments(cand_p, cand_valid, free, k: int):
@@ -340,8 +340,8 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         ed_table = s["ed_table"].at[dst_row].set(empty_table, mode="drop")   # newborns
         ed_a = jnp.where(born, 0, s["ed_a"])
         ed_b = jnp.where(born, 0, s["ed_b"])
-        child_window, _ = _window(tokens, lengths, birth + 1, r_max)
-        parent_window, _ = _window(tokens[parent_row], lengths[parent_row], birth + 1, r_max)
+        child_window = _window(tokens, jnp.arange(rows), birth + 1, r_max)
+        parent_window = _window(tokens, parent_row, birth + 1, r_max)
         grow_a = looking & writing & (ed_a < r_max)
         grow_b = looking & writing[parent_row] & (ed_b < r_max)
         ed_table = levenshtein_add_row(ed_table, jnp.minimum(ed_a, r_max - 1), tokens[:, l],

@@ -1,7 +1,7 @@
-"""Countdown with 3-4 numbers (LATR), one turn, tiny model: warm start (countdown_sft.py) then DAPO
-(LATR Eq. 4: token-mean loss, clip-higher 0.2 / 0.28, no KL, dynamic sampling that drops groups
-with identical rewards and refills the batch from fresh tasks); the same-budget stochastic-sampling
-baseline of LATR.
+"""Countdown, one turn, tiny model (2 numbers; see countdown_sft.py): warm start (countdown_sft.py)
+then DAPO (LATR Eq. 4: token-mean loss, clip-higher 0.2 / 0.28, no KL, dynamic sampling that
+drops groups with identical rewards and refills the batch from fresh tasks); the same-budget
+stochastic-sampling baseline of LATR.
 
     python -m launch.train --config=configs/countdown_dapo.py --workdir=/tmp/countdown_dapo
 

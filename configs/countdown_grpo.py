@@ -1,6 +1,6 @@
-"""Countdown with 3-4 numbers (LATR), one turn, tiny model: warm start (countdown_sft.py) then GRPO
-(PATR Eq. 1-2: group mean/std advantages, sequence-mean-token-mean loss, clip 0.2, KL coefficient
-0.001); the same-budget stochastic-sampling baseline of LATR.
+"""Countdown, one turn, tiny model (2 numbers; see countdown_sft.py): warm start (countdown_sft.py)
+then GRPO (PATR Eq. 1-2: group mean/std advantages, sequence-mean-token-mean loss, clip 0.2, KL
+coefficient 0.001); the same-budget stochastic-sampling baseline of LATR (countdown_latr.py).
 
     python -m launch.train --config=configs/countdown_grpo.py --workdir=/tmp/countdown_grpo
 

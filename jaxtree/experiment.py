@@ -86,7 +86,8 @@ def rl_config(config: ml_collections.ConfigDict, algorithm: str,
     config.train = ml_collections.ConfigDict(train)
     # LATR rollouts (train.strategy = 'latr'); defaults: LATR App. B.3
     config.latr = ml_collections.ConfigDict(dict(
-        tau_abs=0.25, tau_rel=0.15, tau_ed=0.4, windows=(20, 30, 50), completion="fresh",
+        tau_abs=0.25, tau_rel=0.15, tau_ed=0.4, windows=(20, 30, 50),
+        completion="fresh",             # fresh | restart | duplicate (jaxtree.sampling.latr)
         eta0=1.0, gamma=0.985,          # η = η0·γ^step (Eq. 10; γ = 0.985 for Countdown)
         eta_schedule=(),                # or ((from_step, η), ...), piecewise constant
     ))

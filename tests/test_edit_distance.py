@@ -2,6 +2,7 @@
 
 import editdistance
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -63,34 +64,43 @@ def test_hand_checked_cases():
     assert float(edit_distance_normalized(empty, empty, np.array([0]), np.array([0]))[0]) == 1.0
 
 
-def test_incremental_table_matches_reference_as_sequences_grow():
+def test_incremental_frontier_matches_reference_as_sequences_grow():
     """Tokens arrive one at a time on either side, in random interleavings (both, only a, only
-    b, neither); after every arrival the table's entry equals editdistance of the prefixes."""
+    b, neither), with pairs emptied at random; after every arrival the frontier's corner equals
+    editdistance of the prefixes."""
     from jaxtree.sampling.edit_distance import (levenshtein_add_column, levenshtein_add_row,
-                                                levenshtein_read_normalized, levenshtein_table)
+                                                levenshtein_frontier, levenshtein_read_normalized,
+                                                levenshtein_reset)
     rng = np.random.default_rng(7)
     batch, width = 32, 12
     a_full = rng.integers(0, 3, (batch, width)).astype(np.int32)
     b_full = a_full.copy()
     noise = rng.random((batch, width)) < 0.3
     b_full[noise] = rng.integers(0, 3, noise.sum())
-    table = levenshtein_table(batch, width)
+    frontier = levenshtein_frontier(batch, width)
     la = np.zeros(batch, np.int32)
     lb = np.zeros(batch, np.int32)
     add_row, add_col = jax.jit(levenshtein_add_row), jax.jit(levenshtein_add_column)
-    for _ in range(3 * width):
+    resets = 0
+    for step in range(4 * width):
+        if step == 2 * width:
+            reset = rng.random(batch) < 0.5
+            resets = int(reset.sum())
+            frontier = levenshtein_reset(frontier, jnp.asarray(reset))
+            la, lb = np.where(reset, 0, la), np.where(reset, 0, lb)
         grow_a = (rng.random(batch) < 0.6) & (la < width)
         grow_b = (rng.random(batch) < 0.6) & (lb < width)
         token_a = a_full[np.arange(batch), np.minimum(la, width - 1)]
         token_b = b_full[np.arange(batch), np.minimum(lb, width - 1)]
         # the row sees b as it is before b's new token; the column then sees the new row
-        table = add_row(table, la, token_a, b_full, grow_a)
+        frontier = add_row(frontier, la, lb, token_a, b_full, grow_a)
         la = la + grow_a
-        table = add_col(table, lb, token_b, a_full, grow_b)
+        frontier = add_col(frontier, la, lb, token_b, a_full, grow_b)
         lb = lb + grow_b
-        got = np.asarray(levenshtein_read_normalized(table, la, lb))
+        got = np.asarray(levenshtein_read_normalized(frontier, la, lb))
         for i in range(batch):
             x, y = a_full[i, :la[i]].tolist(), b_full[i, :lb[i]].tolist()
             longer = max(len(x), len(y))
             expected = editdistance.eval(x, y) / longer if longer else 1.0
             assert got[i] == pytest.approx(expected), (i, x, y)
+    assert resets > 0

@@ -122,7 +122,7 @@ def test_settings_exercise_branching_and_pruning(peaky):
     assert branches >= 5 and prunes >= 2
 
 
-@pytest.mark.parametrize("completion", ["fresh", "duplicate"])
+@pytest.mark.parametrize("completion", ["fresh", "restart", "duplicate"])
 def test_every_group_returns_exactly_k_sequences(peaky, completion):
     config, params = peaky
     # τ_ed = 1 prunes every branch whose window is not entirely different from its parent's,
@@ -130,11 +130,12 @@ def test_every_group_returns_exactly_k_sequences(peaky, completion):
     latr = LatrConfig(k=6, tau_abs=0.2, tau_rel=0.3, tau_ed=1.0, windows=(2, 4),
                       completion=completion)
     prompts, lengths = _prompts(4, 5)
-    out = _run(config, params, latr, prompts, lengths, 16)
-    assert out.tokens.shape == (4, 6, 16)
+    n = 16
+    out = _run(config, params, latr, prompts, lengths, n)
+    assert out.tokens.shape == (4, 6, n)
     assert np.all(out.lengths >= 1)
-    np.testing.assert_array_equal(out.mask, np.arange(16)[None, None] < out.lengths[..., None])
-    completed = FRESH if completion == "fresh" else DUPLICATE
+    np.testing.assert_array_equal(out.mask, np.arange(n)[None, None] < out.lengths[..., None])
+    completed = DUPLICATE if completion == "duplicate" else FRESH
     assert np.all(np.isin(out.origin, [TREE, completed]))
     assert np.any(out.origin == completed)
     for g, j in zip(*np.nonzero(out.origin == DUPLICATE)):
@@ -142,33 +143,52 @@ def test_every_group_returns_exactly_k_sequences(peaky, completion):
         assert out.origin[g, source] == TREE
         np.testing.assert_array_equal(out.tokens[g, j], out.tokens[g, source])
     for g, j in zip(*np.nonzero(out.origin == FRESH)):
-        assert out.parent[g, j] == -1 and out.birth[g, j] == -1
+        assert out.birth[g, j] == -1
+        source, position = out.parent[g, j], out.fork_position[g, j]
+        assert (source == -1) == (position == -1)
+        if completion == "restart":
+            assert source == -1                      # independent samples from the prompt
+        elif (source >= 0 and out.origin[g, source] == FRESH
+              and out.fork_position[g, source] == -1):
+            # continued a copy of a sample from the prompt that stayed in its slot: the two
+            # share the tokens before the fork
+            np.testing.assert_array_equal(out.tokens[g, j, :position],
+                                          out.tokens[g, source, :position])
+    if completion == "fresh":
+        assert np.any(out.fork_position >= 0)        # the setting really forks freed slots
+    if completion != "restart":
+        # within plain sampling's budget: at most n - 1 fed tokens per slot
+        assert np.all(out.forwards <= latr.k * (n - 1))
     # each sequence ends at EOS or at n
     for g in range(4):
         for j in range(6):
             length = out.lengths[g, j]
             assert out.finished[g, j] == (out.tokens[g, j, length - 1] == EOS)
-            assert out.finished[g, j] or length == 16
+            assert out.finished[g, j] or length == n
 
 
 def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky):
-    """Every returned token's log-prob (tree, branch, stochastic and fresh) equals a teacher-forced
-    full forward at temperature 1."""
+    """Every returned token's log-prob (tree, branch, stochastic, fresh and forked) equals a
+    teacher-forced full forward at temperature 1."""
     config, params = peaky
     latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
-    prompts, lengths = _prompts(2, 7)
-    out = _run(config, params, latr, prompts, lengths, 12, k_tree=3,
-               sampling=SamplingConfig(temperature=0.8, top_p=0.9))
-    assert np.all(out.origin[:, 3] == PLAIN)
-    for g in range(2):
-        prompt = prompts[g, :lengths[g]].tolist()
-        for j in range(4):
-            gen = out.tokens[g, j, :out.lengths[g, j]].tolist()
-            seq = jnp.asarray([prompt + gen])
-            logp = jax.nn.log_softmax(models.forward(config, params, seq)[0], axis=-1)
-            for t, token in enumerate(gen):
-                expected = float(logp[len(prompt) + t - 1, token])
-                assert out.logprobs[g, j, t] == pytest.approx(expected, abs=1e-4)
+    forks = 0
+    for seed in (7, 9):
+        prompts, lengths = _prompts(2, seed)
+        out = _run(config, params, latr, prompts, lengths, 12, k_tree=3,
+                   sampling=SamplingConfig(temperature=0.8, top_p=0.9))
+        assert np.all(out.origin[:, 3] == PLAIN)
+        forks += int((out.fork_position >= 0).sum())
+        for g in range(2):
+            prompt = prompts[g, :lengths[g]].tolist()
+            for j in range(4):
+                gen = out.tokens[g, j, :out.lengths[g, j]].tolist()
+                seq = jnp.asarray([prompt + gen])
+                logp = jax.nn.log_softmax(models.forward(config, params, seq)[0], axis=-1)
+                for t, token in enumerate(gen):
+                    expected = float(logp[len(prompt) + t - 1, token])
+                    assert out.logprobs[g, j, t] == pytest.approx(expected, abs=1e-4)
+    assert forks > 0   # a slot freed by a prune continued a copy of another sample
 
 
 def test_descendants_of_a_pruned_branch_are_removed():

@@ -9,7 +9,7 @@ import environments
 from jaxtree import models
 from jaxtree.rollout import conversation
 from jaxtree.rollout.latr_rollout import eta_at, num_tree_slots, sample_latr
-from jaxtree.sampling.latr import TREE, LatrConfig
+from jaxtree.sampling.latr import FRESH, TREE, LatrConfig
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 from test_latr import peaky_model
@@ -66,6 +66,11 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
             assert batch.group_ids[parent] == batch.group_ids[i]
             assert batch.infos[i]["latr_origin"] == TREE and batch.fork_turns[i] == 0
             assert batch.infos[i]["latr_birth"] >= 0
+        if batch.infos[i]["latr_origin"] == FRESH:
+            # a completion (even one continuing a copy of another sample) is not a tree branch
+            assert batch.parent_ids[i] == -1 and batch.infos[i]["latr_birth"] == -1
+    assert stats["latr/forked_rows"] == sum(info["latr_fork_position"] >= 0
+                                            for info in batch.infos)
 
 
 def test_latr_strategy_needs_a_single_turn_environment():

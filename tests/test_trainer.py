@@ -264,3 +264,35 @@ def test_token_advantages_put_each_rollouts_advantage_on_its_action_tokens(advan
             k = batch.turn_index[i, t]
             ret = sum(0.5 ** (j - k) * step[j] for j in range(k, 3))
             assert out[i, t] == pytest.approx(grpo + ret, abs=1e-5)
+
+
+def test_metric_names_become_valid_tensorboard_tags(tmp_path):
+    from jaxtree.train.metrics import MetricsWriter, tensorboard_tag
+    assert tensorboard_tag("rollout/pass@8") == "rollout/pass_at_8"
+    assert tensorboard_tag("train/grad_norm") == "train/grad_norm"
+    assert tensorboard_tag("latr/a b") == "latr/a_b"
+    writer = MetricsWriter(str(tmp_path), tensorboard=True)
+    writer.write(1, {"rollout/pass@8": 0.5, "train/loss": 1.0})
+    writer.close()
+    # the JSON log keeps the metric's own name
+    assert read_metrics(str(tmp_path)) == [{"step": 1, "rollout/pass@8": 0.5, "train/loss": 1.0}]
+    assert _tensorboard_scalar_tags(tmp_path / "tensorboard") == {"rollout/pass_at_8",
+                                                                   "train/loss"}
+
+
+def _tensorboard_scalar_tags(directory) -> set:
+    """Scalar tags in TensorBoard event files (TFRecord framing: u64 length, u32 CRC, the
+    serialized Event, u32 CRC)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+    tags = set()
+    for path in directory.iterdir():
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            tags.update(value.tag for value in event.summary.value)
+            offset += 12 + length + 4
+    return tags

@@ -5,8 +5,9 @@ is one LATR group of k = group_size slots; `num_tree_slots` of them run the tree
 sampling (hybrid rollout, LATR §3.3). Every returned row is played as the episode's single action
 and assembled into the usual TrajectoryBatch, so advantages, losses and the trainer need nothing
 LATR-specific. Tree metadata: a branch's `parent_ids` is the episode id of its parent slot and
-`fork_turns` is 0 (LATR forks inside the first action); the token step of the branch and the row's
-origin (tree / plain / fresh / duplicate) are in its `info`.
+`fork_turns` is 0 (LATR forks inside the first action); the token step of the branch, the row's
+origin (tree / plain / fresh / duplicate) and, for a fresh row that continued a copy of another
+sample, the position of its first own token are in its `info`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def sample_latr(model_config: ModelConfig, tokenizer: Tokenizer, make_env: Calla
             _, reward, done, info = play.step(conversation.action_text(tokenizer, action, ended))
             parent = int(out.parent[g, j])
             origin = int(out.origin[g, j])
-            info = dict(info, latr_origin=origin, latr_birth=int(out.birth[g, j]))
+            info = dict(info, latr_origin=origin, latr_birth=int(out.birth[g, j]),
+                        latr_fork_position=int(out.fork_position[g, j]))
             tree_child = parent >= 0 and origin != FRESH and out.birth[g, j] >= 0
             records.append(EpisodeRecord(
                 tokens=np.asarray(prompt + action, np.int32),
@@ -105,6 +107,7 @@ def sample_latr(model_config: ModelConfig, tokenizer: Tokenizer, make_env: Calla
         "latr/branches_per_group": float(out.num_branches.mean()),
         "latr/prunes_per_group": float(out.num_prunes.mean()),
         "latr/completed_rows": int((out.origin >= FRESH).sum()),
+        "latr/forked_rows": int((out.fork_position >= 0).sum()),
         "latr/forwards": int(out.forwards.sum()),
     }
     return assemble(records, tokenizer.pad_id), stats

@@ -32,14 +32,28 @@ exactly that token and count as distinct (distance 1). A slot that finished stay
 rollout) and stops costing forward work.
 
 Completion: a group whose tree ends with fewer than k_tree alive tree slots (pruning freed slots
-that no later branch refilled) is completed either with fresh stochastic samples from the prompt
-('fresh', the default) or by duplicating surviving rows round-robin ('duplicate', no extra
-forwards, but duplicates carry no new information for group-relative advantages). Fresh samples
-are computed speculatively: a free tree slot samples from the prompt from step 0 (the batched
-forward computes every row anyway), a branch born into the slot discards that sample, and a sample
-that survives to the end completes its group at no extra cost. A slot freed by a prune restarts a
-sample from the prompt at once (its cache row still holds the prompt: all slots of a group share
-it); a short loop after the main one finishes the samples that started too late to end by n.
+that no later branch refilled) is completed in one of three ways (`LatrConfig.completion`):
+
+  fresh      (default) stochastic samples from the prompt, within plain sampling's budget of n
+             steps for k rows. They are computed speculatively: a free tree slot samples from the
+             prompt from step 0 (the batched forward computes every row anyway), a branch born
+             into the slot discards that sample, and a sample that survives to the end completes
+             its group at no extra cost. A slot freed by a prune at step l continues a copy of one
+             of its group's running samples from the prompt (a speculative one or a plain row of
+             the hybrid rollout): the copy shares the tokens that sample has so far and samples
+             its own from there on, so it is still distributed as a sample from the policy. A
+             group with no such sample running (every other slot holds a tree branch) continues
+             a copy of one of its running branches instead, stochastically from there on, like a
+             branch after the tree phase; in a group with nothing else running, the pruned
+             sequence itself stays and runs on stochastically. Either way the slot stays free for
+             later branches, and no step is added after n.
+  restart    a slot freed by a prune always restarts a sample from the prompt: independent
+             samples, at the price of steps after n for the samples that start late.
+  duplicate  missing slots copy surviving rows round-robin: no extra forwards, but duplicates
+             carry no new information for group-relative advantages.
+
+Once every group's tree phase is over (or n steps have passed), the loop hands the running rows to a
+plain sampling loop without the tree bookkeeping, which finishes them, each at its own position.
 
 Hybrid rollout (§3.3): slots [0, k_tree) of a group run LATR, slots [k_tree, k) plain sampling, in
 the same batch; k_tree = round(η·k) is a traced input, so annealing η never recompiles.
@@ -55,15 +69,18 @@ import jax
 import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
-from jaxtree.models.kv_cache import KVCache, init_cache
+from jaxtree.models.kv_cache import init_cache
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.edit_distance import (levenshtein_add_column, levenshtein_add_row,
-                                            levenshtein_read_normalized, levenshtein_table)
+                                            levenshtein_frontier, levenshtein_read_normalized,
+                                            levenshtein_reset)
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 
 # Where a slot's final sequence came from (LatrOutput.origin).
 TREE, PLAIN, FRESH, DUPLICATE = 0, 1, 2, 3
-COMPLETIONS = ("fresh", "duplicate")
+COMPLETIONS = ("fresh", "restart", "duplicate")
+# Row pairs moved per iteration of a copy loop (children born, slots forked) in one step.
+COPY_CHUNK = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +115,13 @@ class LatrOutput(NamedTuple):
     lengths: int32[P, k].
     finished: bool[P, k], ended with EOS (else it reached n tokens).
     origin: int32[P, k], TREE | PLAIN | FRESH | DUPLICATE.
-    parent: int32[P, k], the parent slot of a tree branch (-1 for the root and non-tree rows; for
-      DUPLICATE rows, the slot duplicated).
+    parent: int32[P, k], the parent slot of a tree branch (-1 for the root and plain rows); for
+      DUPLICATE rows, the slot duplicated; for FRESH rows, the slot whose sample it continued a
+      copy of at the time (see fork_position), else -1.
     birth: int32[P, k], the step of the branch token (-1 for the root and non-tree rows).
+    fork_position: int32[P, k], for a FRESH row that continued a copy of another fresh sample of
+      its group ('fresh' completion of a slot freed by a prune), the position of its first own
+      token (the tokens before it are the other sample's); -1 for every other row.
     tree_end_step: int32[P], the step after which the group sampled stochastically (its
       saturation length, LATR Table 10); n when the tree never saturated.
     num_branches: int32[P], children created (including later pruned ones).
@@ -120,6 +141,7 @@ class LatrOutput(NamedTuple):
     origin: jax.Array
     parent: jax.Array
     birth: jax.Array
+    fork_position: jax.Array
     tree_end_step: jax.Array
     num_branches: jax.Array
     num_prunes: jax.Array
@@ -132,13 +154,6 @@ class LatrOutput(NamedTuple):
     prune_window: jax.Array
     prune_distance: jax.Array
     forwards: jax.Array
-
-
-def _copy_cache_rows(cache: KVCache, src: jax.Array, dst: jax.Array) -> KVCache:
-    """Rows src -> dst; dst entries equal to the row count are dropped (no copy)."""
-    keys = tuple(k.at[dst].set(k[src], mode="drop") for k in cache.keys)
-    values = tuple(v.at[dst].set(v[src], mode="drop") for v in cache.values)
-    return KVCache(keys, values, cache.lengths.at[dst].set(cache.lengths[src], mode="drop"))
 
 
 def with_descendants(remove: jax.Array, parent_row: jax.Array, is_child: jax.Array,
@@ -251,17 +266,19 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         forwards=jnp.zeros((groups,), jnp.int32),
     )
 
-    empty_table = levenshtein_table(1, r_max)[0]
     prompt_len_rows = jnp.repeat(prompt_lengths, k)
-    state0.update(ed_table=levenshtein_table(rows, r_max), ed_a=jnp.zeros((rows,), jnp.int32),
-                  ed_b=jnp.zeros((rows,), jnp.int32))
-    # 'fresh' completion: free tree slots sample from the prompt while nothing else uses them
-    # (the batched forward computes every row anyway); a branch born into a slot discards its
-    # sample, and samples that survive to the end complete their groups without another pass.
-    state0["shadow"] = ~state0["alive"] & ~plain & (latr.completion == "fresh")
+    state0.update(ed=levenshtein_frontier(rows, r_max), ed_a=jnp.zeros((rows,), jnp.int32),
+                  ed_b=jnp.zeros((rows,), jnp.int32), fork_position=jnp.full((rows,), -1, jnp.int32),
+                  fork_source=jnp.full((rows,), -1, jnp.int32))
+    # 'fresh' and 'restart' completion: free tree slots sample from the prompt while nothing else
+    # uses them (the batched forward computes every row anyway); a branch born into a slot
+    # discards its sample, and samples that survive to the end complete their groups.
+    state0["shadow"] = ~state0["alive"] & ~plain & (latr.completion != "duplicate")
+    copy_chunk = min(rows, COPY_CHUNK)
 
     def cond(s):
-        return (s["step"] < n) & jnp.any((s["alive"] | s["shadow"]) & ~s["finished"])
+        running = (s["alive"] | s["shadow"]) & ~s["finished"]
+        return (s["step"] < n) & jnp.any(running) & ~jnp.all(s["saturated"])
 
     def body(s):
         l = s["step"]
@@ -279,8 +296,8 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         token = jnp.where(active | shadow_running, token, pad_id)
         token_logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
 
-        # branch: candidates 2 and 3 of the top-3 (at most two tokens besides c* can exceed
-        # τ_abs >= 1/3; for smaller τ_abs the most likely two are the ones considered)
+        # branch: candidates 2 and 3 of the top-3 (no more than two tokens besides c* can exceed
+        # τ_abs >= 1/4; for smaller τ_abs the most likely two are the ones considered)
         cand_p, cand_tok = top_p[:, 1:], top_tok[:, 1:]
         cand_valid = (tree_mode[:, None] & (cand_p > latr.tau_abs)
                       & (top_p[:, :1] - cand_p < latr.tau_rel))
@@ -289,23 +306,24 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
             cand_p.reshape(groups, k, 2), cand_valid.reshape(groups, k, 2),
             free.reshape(groups, k), k)
         group_base = (jnp.arange(groups, dtype=jnp.int32) * k)[:, None]
-        dst_row = jnp.where(ok, group_base + dst, rows).reshape(-1)           # rows = dropped
+        dst_row = jnp.where(ok, group_base + dst, rows).reshape(-1)           # rows = no copy
         src_row = (group_base + src).reshape(-1)
         child_tok = cand_tok[src_row, col.reshape(-1)]
         child_logp = jnp.log(cand_p[src_row, col.reshape(-1)])
         born = jnp.zeros((rows,), bool).at[dst_row].set(True, mode="drop")
-        copy_rows = lambda x: x.at[dst_row].set(x[src_row], mode="drop")
-        tokens = copy_rows(s["tokens"])
-        logprobs = copy_rows(s["logprobs"])
+        # a child starts as a copy of its parent: cache row, token and log-prob rows
+        copied = _copy_rows(dict(cache=s["cache"], tokens=s["tokens"], logprobs=s["logprobs"]),
+                            src_row, dst_row, copy_chunk)
+        cache, tokens, logprobs = copied["cache"], copied["tokens"], copied["logprobs"]
         token = token.at[dst_row].set(child_tok, mode="drop")
         token_logp = token_logp.at[dst_row].set(child_logp, mode="drop")
         parent = s["parent"].at[dst_row].set(src_row - base[src_row], mode="drop")
         birth = s["birth"].at[dst_row].set(l, mode="drop")
-        cache = jax.lax.cond(jnp.any(ok), lambda c: _copy_cache_rows(c, src_row, dst_row),
-                             lambda c: c, s["cache"])
         alive = s["alive"] | born
         active = active | born
         shadow = s["shadow"] & ~born
+        fork_position = jnp.where(born, -1, s["fork_position"])
+        fork_source = jnp.where(born, -1, s["fork_source"])
         writing = active | (shadow & ~s["finished"])
         # log births in allocation order (ok is a prefix of each group's k assignments)
         b_target = jnp.where(ok, s["num_branches"][:, None] + jnp.arange(k)[None, :], events)
@@ -317,62 +335,90 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
                           branch_token=blog(s["branch_token"], child_tok.reshape(groups, k)))
         num_branches = s["num_branches"] + ok.sum(axis=1).astype(jnp.int32)
 
-        # write this step's tokens; a slot finishes on EOS or at the last position
-        # tree and plain rows write position l; a sample restarted in a freed slot writes at
-        # its own length
-        pos = jnp.where(shadow & ~born, s["lengths"], l)
-        row_ids = jnp.arange(rows)
-        tokens = tokens.at[row_ids, pos].set(jnp.where(writing, token, tokens[row_ids, pos]))
-        logprobs = logprobs.at[row_ids, pos].set(
-            jnp.where(writing, token_logp, logprobs[row_ids, pos]))
-        lengths = jnp.where(writing, pos + 1, s["lengths"])
-        hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
-        ends = writing & (hit_eos | (pos + 1 >= n))
+        # write this step's tokens; a slot finishes on EOS or at the last position. Tree and
+        # plain rows write position l; a fresh sample writes at its own length (a restarted one
+        # is behind)
+        pos = jnp.where(shadow, s["lengths"], l)
+        tokens, logprobs, lengths, ends = _write_step(tokens, logprobs, s["lengths"], pos,
+                                                      writing, token, token_logp, eos_ids, n)
         finished = jnp.where(born, ends, s["finished"] | ends)
 
         # prune children whose lookahead window ends now (Alg. 1 line 23: birth = l - r)
         remove = jnp.zeros((rows,), bool)
         is_child = alive & (parent >= 0) & ~plain
         parent_row = base + jnp.maximum(parent, 0)
-        # extend each lookahead child's edit-distance table by this step's tokens: the child's
-        # window (positions birth+1 ..) adds a row, its parent's a column
+        # extend each lookahead child's edit-distance frontier by this step's tokens: the
+        # child's window (positions birth+1 ..) adds a row, its parent's a column; a newborn's
+        # starts empty
         looking = is_child & (birth < l) & (l <= birth + r_max)
-        ed_table = s["ed_table"].at[dst_row].set(empty_table, mode="drop")   # newborns
+        ed = levenshtein_reset(s["ed"], born)
         ed_a = jnp.where(born, 0, s["ed_a"])
         ed_b = jnp.where(born, 0, s["ed_b"])
         child_window = _window(tokens, jnp.arange(rows), birth + 1, r_max)
         parent_window = _window(tokens, parent_row, birth + 1, r_max)
         grow_a = looking & writing & (ed_a < r_max)
         grow_b = looking & writing[parent_row] & (ed_b < r_max)
-        ed_table = levenshtein_add_row(ed_table, jnp.minimum(ed_a, r_max - 1), tokens[:, l],
-                                       parent_window, grow_a)
+        ed = levenshtein_add_row(ed, jnp.minimum(ed_a, r_max - 1), ed_b, tokens[:, l],
+                                 parent_window, grow_a)
         ed_a = ed_a + grow_a
-        ed_table = levenshtein_add_column(ed_table, jnp.minimum(ed_b, r_max - 1),
-                                          tokens[parent_row, l], child_window, grow_b)
+        ed = levenshtein_add_column(ed, ed_a, jnp.minimum(ed_b, r_max - 1),
+                                    tokens[parent_row, l], child_window, grow_b)
         ed_b = ed_b + grow_b
-        distance = levenshtein_read_normalized(ed_table, ed_a, ed_b)
+        distance = levenshtein_read_normalized(ed, ed_a, ed_b)
         prune_window = jnp.full((rows,), -1, jnp.int32)
         prune_distance = jnp.full((rows,), jnp.nan, jnp.float32)
         for r in latr.windows:
-            # at step birth + r both windows hold at most r tokens: the table entry is the
+            # at step birth + r both windows hold at most r tokens: the frontier corner is the
             # distance over the window (each cut after its EOS)
             check = is_child & (birth == l - r) & ~remove
-            dist = distance
-            pruned_here = check & (dist < latr.tau_ed)
+            pruned_here = check & (distance < latr.tau_ed)
             prune_window = jnp.where(pruned_here, r, prune_window)
-            prune_distance = jnp.where(pruned_here, dist, prune_distance)
+            prune_distance = jnp.where(pruned_here, distance, prune_distance)
             remove = remove | pruned_here
         direct = remove
         remove = with_descendants(remove, parent_row, is_child, k)
         alive = alive & ~remove
-        # 'fresh' completion: a freed slot restarts a sample from the prompt next step
-        restart = remove & (latr.completion == "fresh")
-        shadow = shadow | restart
-        tokens = jnp.where(restart[:, None], pad_id, tokens)
-        logprobs = jnp.where(restart[:, None], 0.0, logprobs)
-        lengths = jnp.where(restart, 0, lengths)
-        finished = jnp.where(restart, False, finished)
-        cache = cache._replace(lengths=jnp.where(restart, prompt_len_rows, cache.lengths))
+
+        # completion of the freed slots (see the module docstring)
+        fed_token = token
+        restart = jnp.zeros((rows,), bool)
+        if latr.completion == "fresh":
+            # what a freed slot continues: a copy of one of the group's running samples from the
+            # prompt (speculative or plain), else of one of its running tree branches; the j-th
+            # freed slot of a group copies the (j mod m)-th of its m sources. With nothing else
+            # running, the pruned sequence itself stays (and runs on stochastically if it can).
+            running = writing & ~ends & ~remove
+            from_prompt = ((shadow | plain) & running).reshape(groups, k)
+            from_tree = (alive & ~plain & running).reshape(groups, k)
+            source = jnp.where(from_prompt.any(axis=1, keepdims=True), from_prompt, from_tree)
+            freed = remove.reshape(groups, k)
+            count = source.sum(axis=1, keepdims=True)
+            source_order = jnp.argsort(~source, axis=1, stable=True)
+            rank = jnp.cumsum(freed, axis=1) - 1
+            pick = jnp.take_along_axis(source_order, rank % jnp.maximum(count, 1), axis=1)
+            forked = (freed & (count > 0)).reshape(-1)
+            fork_src = jnp.where(forked, (group_base + pick).reshape(-1), rows)
+            copied = _copy_rows(
+                dict(cache=cache, tokens=tokens, logprobs=logprobs, lengths=lengths,
+                     token=fed_token),
+                fork_src, jnp.where(forked, jnp.arange(rows), rows), copy_chunk)
+            cache, tokens, logprobs = copied["cache"], copied["tokens"], copied["logprobs"]
+            lengths, fed_token = copied["lengths"], copied["token"]
+            finished = jnp.where(forked, False, finished)
+            kept = remove & ~forked
+            fork_position = jnp.where(forked, lengths, jnp.where(kept, birth, fork_position))
+            fork_source = jnp.where(forked, fork_src - base, jnp.where(kept, parent, fork_source))
+            shadow = shadow | remove
+        elif latr.completion == "restart":
+            # a freed slot restarts a sample from the prompt (its cache row still holds the
+            # prompt: all slots of a group share it)
+            restart = remove
+            tokens = jnp.where(restart[:, None], pad_id, tokens)
+            logprobs = jnp.where(restart[:, None], 0.0, logprobs)
+            lengths = jnp.where(restart, 0, lengths)
+            finished = jnp.where(restart, False, finished)
+            cache = cache._replace(lengths=jnp.where(restart, prompt_len_rows, cache.lengths))
+            shadow = shadow | remove
 
         # log direct prunes (first E per group)
         direct_g = direct.reshape(groups, k)
@@ -397,9 +443,10 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         group_running = (alive & ~finished).reshape(groups, k).any(axis=1)
         tree_end = jnp.where((tree_end == n) & ~group_running, l + 1, tree_end)
 
-        # forward this step's tokens (children included; removed and finished rows idle)
-        feed = ((active & alive) | shadow) & ~finished & ~restart
-        new_logits, cache = model.apply({"params": params}, token[:, None], cache,
+        # forward this step's tokens (children and forks included; removed, restarted and
+        # finished rows idle)
+        feed = (alive | shadow) & ~finished & ~restart
+        new_logits, cache = model.apply({"params": params}, fed_token[:, None], cache,
                                         feed.astype(jnp.int32), last_only=True)
         forwards = s["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(jnp.int32)
         new_logits = jnp.where(feed[:, None], new_logits, logits)
@@ -407,7 +454,8 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
             step=l + 1, cache=cache,
             logits=jnp.where(restart[:, None], root_logits, new_logits),
             tokens=tokens, logprobs=logprobs, alive=alive, shadow=shadow, finished=finished,
-            lengths=lengths, ed_table=ed_table, ed_a=ed_a, ed_b=ed_b,
+            lengths=lengths, ed=ed, ed_a=ed_a, ed_b=ed_b, fork_position=fork_position,
+            fork_source=fork_source,
             parent=jnp.where(alive, parent, -1), birth=jnp.where(alive, birth, -1),
             saturated=saturated, tree_end=tree_end, num_branches=num_branches,
             num_prunes=num_prunes, **branch_log, prune_step=prune_step_log, prune_slot=prune_slot_log,
@@ -415,8 +463,14 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
             forwards=forwards)
 
     s = jax.lax.while_loop(cond, body, state0)
+    # every group's tree phase is over (or the budget of n steps is spent): the running rows
+    # (saturated tree rows, plain rows, fresh samples) finish by plain sampling, each at its own
+    # position, without the tree bookkeeping
+    s = _sample_rest(model, sampling, n, pad_id, params, s, uniforms, eos_ids, k)
     origin = jnp.where(plain, PLAIN, TREE)
     missing = ~s["alive"] & ~plain                                            # tree deficit
+    parent, birth, fork_position = s["parent"], s["birth"], s["fork_position"]
+    tokens, logprobs, lengths = s["tokens"], s["logprobs"], s["lengths"]
     if latr.completion == "duplicate":
         # the j-th missing slot of a group copies the group's (j mod #alive)-th alive tree slot
         alive_g = (s["alive"] & ~plain).reshape(groups, k)
@@ -426,79 +480,97 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         source_slot = jnp.take_along_axis(alive_order, missing_rank % count, axis=1)
         source = (jnp.arange(groups)[:, None] * k + source_slot).reshape(-1)
         pick = lambda x: jnp.where(missing.reshape((rows,) + (1,) * (x.ndim - 1)), x[source], x)
-        tokens, logprobs = pick(s["tokens"]), pick(s["logprobs"])
-        lengths, finished = pick(s["lengths"]), pick(s["finished"])
-        parent = jnp.where(missing, source_slot.reshape(-1), s["parent"])
-        birth = jnp.where(missing, -1, s["birth"])
+        tokens, logprobs, lengths = pick(tokens), pick(logprobs), pick(lengths)
+        parent = jnp.where(missing, source_slot.reshape(-1), parent)
+        birth = jnp.where(missing, -1, birth)
         origin = jnp.where(missing, DUPLICATE, origin)
-        forwards = s["forwards"]
     else:
-        # slots whose sample survived are complete; only slots freed by a late prune need a
-        # second pass (its loop does nothing when there are none)
-        tokens, logprobs, lengths, finished, forwards = _complete_fresh(
-            model, sampling, n, pad_id, params, s, missing & ~s["shadow"],
-            s["shadow"] & ~s["finished"], root_logits, prompt_lengths, k, uniforms[:, n:],
-            eos_ids)
-        parent, birth = s["parent"], s["birth"]
         origin = jnp.where(missing, FRESH, origin)
+        parent = jnp.where(missing, s["fork_source"], parent)
     mask = jnp.arange(n)[None, :] < lengths[:, None]
     last = jnp.take_along_axis(tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)[:, 0]
     finished = (lengths > 0) & jnp.any(last[:, None] == eos_ids[None, :], axis=1)
     shape = lambda x: x.reshape((groups, k) + x.shape[1:])
     return LatrOutput(
         shape(jnp.where(mask, tokens, pad_id)), shape(jnp.where(mask, logprobs, 0.0)),
-        shape(mask), shape(lengths), shape(finished), shape(origin),
-        shape(jnp.where(missing & (origin == FRESH), -1, parent)), shape(birth),
+        shape(mask), shape(lengths), shape(finished), shape(origin), shape(parent), shape(birth),
+        shape(jnp.where(origin == FRESH, fork_position, -1)),
         jnp.minimum(s["tree_end"], s["step"]),
         s["num_branches"], s["num_prunes"], s["branch_step"], s["branch_parent"],
         s["branch_slot"], s["branch_token"], s["prune_step"], s["prune_slot"], s["prune_window"],
-        s["prune_distance"], forwards)
+        s["prune_distance"], s["forwards"])
 
 
-def _complete_fresh(model, sampling, n, pad_id, params, s, missing, unfinished, root_logits,
-                    prompt_lengths, k, uniforms, eos_ids):
-    """Plain sampling from the prompt for the `missing` rows, and to the end for the
-    `unfinished` samples restarted late in the main loop (the others idle)."""
-    rows = missing.shape[0]
+def _copy_rows(arrays, src: jax.Array, dst: jax.Array, chunk: int):
+    """Row src[i] -> row dst[i] in every array of the pytree `arrays` (leading axis: rows), for
+    every i with dst[i] < rows; the other pairs are no-ops. Sources and destinations are
+    disjoint.
+
+    Pairs are moved `chunk` at a time under a while loop, so a step that copies a few rows moves
+    only those rows: a single gather over every pair would read and rewrite the whole KV cache at
+    every step with a branch.
+    """
+    rows = jax.tree_util.tree_leaves(arrays)[0].shape[0]
+    pending = dst < rows
+    count = pending.sum()
+    order = jnp.argsort(~pending, stable=True)                  # the pairs to copy first
+    src = jnp.concatenate([src[order], jnp.zeros((chunk,), src.dtype)])
+    dst = jnp.concatenate([dst[order], jnp.full((chunk,), rows, dst.dtype)])
+
+    def move(carry):
+        start, arrays = carry
+        s = jax.lax.dynamic_slice(src, (start,), (chunk,))
+        d = jax.lax.dynamic_slice(dst, (start,), (chunk,))
+        return start + chunk, jax.tree_util.tree_map(
+            lambda x: x.at[d].set(x[s], mode="drop"), arrays)
+
+    return jax.lax.while_loop(lambda c: c[0] < count, move, (jnp.int32(0), arrays))[1]
+
+
+def _write_step(tokens, logprobs, lengths, pos, writing, token, token_logp, eos_ids, n):
+    """Writes each `writing` row's token at its position `pos`; returns the new token, log-prob
+    and length rows and which rows ended (EOS, or the last of n positions)."""
+    row_ids = jnp.arange(tokens.shape[0])
+    pos = jnp.minimum(pos, n - 1)
+    tokens = tokens.at[row_ids, pos].set(jnp.where(writing, token, tokens[row_ids, pos]))
+    logprobs = logprobs.at[row_ids, pos].set(jnp.where(writing, token_logp,
+                                                       logprobs[row_ids, pos]))
+    lengths = jnp.where(writing, pos + 1, lengths)
+    hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
+    return tokens, logprobs, lengths, writing & (hit_eos | (pos + 1 >= n))
+
+
+def _sample_rest(model, sampling, n, pad_id, params, s, uniforms, eos_ids, k):
+    """Plain sampling for every running row (alive or fresh, unfinished) at its own position
+    until all have finished; step l draws uniforms[:, l] as in the tree loop."""
+    rows = s["finished"].shape[0]
     groups = rows // k
-    prompt_len = jnp.repeat(prompt_lengths, k)
-    cache = s["cache"]._replace(lengths=jnp.where(missing, prompt_len, s["cache"].lengths))
-    state0 = dict(step=jnp.int32(0), cache=cache,
-                  logits=jnp.where(missing[:, None], root_logits, s["logits"]),
-                  tokens=jnp.where(missing[:, None], pad_id, s["tokens"]),
-                  logprobs=jnp.where(missing[:, None], 0.0, s["logprobs"]),
-                  lengths=jnp.where(missing, 0, s["lengths"]),
-                  finished=jnp.where(missing, False, s["finished"]),
-                  running=missing | unfinished, forwards=s["forwards"])
 
     def cond(c):
-        return (c["step"] < n) & jnp.any(c["running"])
+        return jnp.any(c["running"])
 
     def body(c):
         l = c["step"]
         active = c["running"]
         token, policy_logp, _ = sample_tokens(uniforms[:, l], c["logits"], sampling)
         token = jnp.where(active, token, pad_id)
-        pos = jnp.minimum(c["lengths"], n - 1)
-        row_ids = jnp.arange(rows)
-        tokens = c["tokens"].at[row_ids, pos].set(jnp.where(active, token,
-                                                            c["tokens"][row_ids, pos]))
-        logprobs = c["logprobs"].at[row_ids, pos].set(
-            jnp.where(active, policy_logp, c["logprobs"][row_ids, pos]))
-        hit_eos = jnp.any(token[:, None] == eos_ids[None, :], axis=1)
-        done = active & (hit_eos | (pos + 1 >= n))
-        feed = active & ~done
+        tokens, logprobs, lengths, ends = _write_step(c["tokens"], c["logprobs"], c["lengths"],
+                                                      c["lengths"], active, token, policy_logp,
+                                                      eos_ids, n)
+        feed = active & ~ends
         logits, cache = model.apply({"params": params}, token[:, None], c["cache"],
                                     feed.astype(jnp.int32), last_only=True)
-        return dict(step=l + 1, cache=cache,
-                    logits=jnp.where(feed[:, None], logits, c["logits"]), tokens=tokens,
-                    logprobs=logprobs, lengths=jnp.where(active, pos + 1, c["lengths"]),
-                    finished=jnp.where(active, hit_eos, c["finished"]), running=feed,
+        return dict(c, step=l + 1, cache=cache, logits=jnp.where(feed[:, None], logits,
+                                                                  c["logits"]),
+                    tokens=tokens, logprobs=logprobs, lengths=lengths,
+                    finished=c["finished"] | ends, running=feed,
                     forwards=c["forwards"] + feed.reshape(groups, k).sum(axis=1).astype(
                         jnp.int32))
 
-    c = jax.lax.while_loop(cond, body, state0)
-    return c["tokens"], c["logprobs"], c["lengths"], c["finished"], c["forwards"]
+    c = dict(s, running=(s["alive"] | s["shadow"]) & ~s["finished"])
+    c = jax.lax.while_loop(cond, body, c)
+    del c["running"]
+    return c
 
 
 _STATIC = ("model_config", "latr", "sampling", "max_new_tokens", "pad_id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any
 
 import jax
@@ -26,6 +27,12 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def tensorboard_tag(name: str) -> str:
+    """`name` with the characters TensorBoard rejects in a tag replaced ("rollout/pass@8" ->
+    "rollout/pass_at_8"): tensorboardX would rename it too, logging a warning at every step."""
+    return re.sub(r"[^-/\w\.]", "_", name.replace("@", "_at_"))
 
 
 def _plain(value: Any) -> Any:
@@ -66,7 +73,7 @@ class MetricsWriter:
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+                    self._tb.add_scalar(tensorboard_tag(key), value, step)
             self._tb.flush()
 
     def close(self) -> None:

@@ -25,6 +25,22 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> t
     return statistics.median(times), times
 
 
+def interleaved_median_seconds(fns: dict[str, Callable[[], object]], repeats: int,
+                               warmup: int = 1) -> dict[str, tuple[float, list]]:
+    """`median_seconds` for several variants timed in turn within each repeat (A B A B ...), so
+    a drift in the machine's speed during the run affects every variant alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(t), t) for name, t in times.items()}
+
+
 def copy_bandwidth(num_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
     """Main-memory copy bandwidth in bytes/s, counting the read and the write (STREAM 'copy')."""
     src = np.ones(num_bytes // 4, np.float32)

@@ -17,7 +17,9 @@ few percent of positions pass them (6.6% of random contexts), close to the branc
 reports for Qwen2.5-3B (0.04-0.10, Table 10). EOS is disabled so every row runs n tokens and
 the three variants do the same amount of decoding. Slot-token forwards count the tokens fed to
 the model for rows that are alive and unfinished (prefill excluded): plain sampling feeds n - 1
-per row; LATR feeds nothing for slots not yet born.
+per row; LATR feeds its tree branches and the fresh samples its free slots hold (a later branch may
+discard one), and with its default 'fresh' completion never more than plain sampling. Repeats of
+the two are interleaved (plain, LATR, plain, ...) so a drift in the machine's speed hits both.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.latr import LatrConfig, latr_generate_jit
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 from jaxtree.sampling.sampler import generate_jit
-from launch.benchmarks.common import machine_info, median_seconds, print_table, write_json
+from launch.benchmarks.common import (interleaved_median_seconds, machine_info, median_seconds,
+                                      print_table, write_json)
 
 PROMPT_LEN = 16
 NO_EOS = jnp.zeros((0,), jnp.int32)
@@ -155,10 +158,10 @@ def run(lengths, prompt_counts, k: int, repeats: int, output: str, with_python: 
     for n in lengths:
         for groups in prompt_counts:
             prompts = _prompts(groups)
-            plain_s, plain_t = median_seconds(
-                lambda: run_plain(config, params, prompts, k, n, sampling), repeats)
-            latr_s, latr_t = median_seconds(
-                lambda: run_latr(config, params, prompts, latr, n, sampling), repeats)
+            timed = interleaved_median_seconds(
+                {"plain": lambda: run_plain(config, params, prompts, k, n, sampling),
+                 "latr": lambda: run_latr(config, params, prompts, latr, n, sampling)}, repeats)
+            (plain_s, plain_t), (latr_s, latr_t) = timed["plain"], timed["latr"]
             out = jax.device_get(run_latr(config, params, prompts, latr, n, sampling))
             plain_forwards = groups * k * (n - 1)
             latr_forwards = int(out.forwards.sum())
@@ -169,7 +172,8 @@ def run(lengths, prompt_counts, k: int, repeats: int, output: str, with_python: 
                    "plain_forwards": plain_forwards, "latr_forwards": latr_forwards,
                    "saturation_length": float(out.tree_end_step.mean()),
                    "branching_ratio": float(out.num_branches.sum() / out.mask.sum()),
-                   "completed_rows": int((out.origin >= 2).sum())}
+                   "completed_rows": int((out.origin >= 2).sum()),
+                   "forked_rows": int((out.fork_position >= 0).sum())}
             python_cell = "-"
             if with_python:
                 start = time.perf_counter()
@@ -186,11 +190,12 @@ def run(lengths, prompt_counts, k: int, repeats: int, output: str, with_python: 
             table.append([n, groups, f"{plain_s:.2f}", f"{latr_s:.2f}",
                           f"{latr_s / plain_s:.2f}x", python_cell, f"{plain_forwards:,}",
                           f"{latr_forwards:,}", f"{row['saturation_length']:.0f}",
-                          f"{row['branching_ratio']:.3f}"])
+                          f"{row['branching_ratio']:.3f}",
+                          f"{row['completed_rows']} ({row['forked_rows']})"])
             print(f"  n={n} prompts={groups}: done", flush=True)
     print(f"\nLATR (k={k}, τ_abs {latr.tau_abs}, τ_rel {latr.tau_rel}, τ_ed {latr.tau_ed}, "
           f"windows {latr.windows}) vs plain sampling; median of {repeats}")
     print_table(["tokens", "prompts", "plain s", "LATR s", "LATR / plain",
                  "Python bookkeeping s", "plain forwards", "LATR forwards", "saturation",
-                 "branching ratio"], table)
+                 "branching ratio", "fresh rows (forked)"], table)
     write_json(output, {"benchmark": "latr", "machine": machine_info(), "results": results})

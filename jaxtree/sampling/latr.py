@@ -290,8 +290,8 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
         active = s["alive"] & ~s["finished"]
         shadow_running = s["shadow"] & ~s["finished"]
         logits = s["logits"]
-        probs = jax.nn.softmax(logits, axis=-1)
         logp_all = jax.nn.log_softmax(logits, axis=-1)
+        probs = jnp.exp(logp_all)       # one normalisation pass instead of two
         tree_mode = active & ~plain & ~s["saturated"][group_of_row]
 
         # extend: argmax in tree mode, sampling otherwise

@@ -1,8 +1,5 @@
 """The LATR kernel against a plain-Python Algorithm 1, descendant removal, completion, sharding."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -10,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fake_devices import run_script
 from latr_reference import latr_tree_reference
 from jaxtree import models
 from jaxtree.sampling.latr import (DUPLICATE, FRESH, PLAIN, TREE, LatrConfig, latr_generate_jit)
@@ -277,9 +275,4 @@ _SHARDED = textwrap.dedent("""
 
 
 def test_sharded_over_eight_fake_devices_equals_one_device():
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", _SHARDED.format(tests=tests)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "SHARDED_LATR_MATCH" in proc.stdout
+    run_script(_SHARDED, "SHARDED_LATR_MATCH")

@@ -1,8 +1,5 @@
 """The update step: accumulation, the loss against a direct transcription, skipping, sharding."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -11,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from fake_devices import run_script
 from jaxtree import losses
 from jaxtree.train import mesh as mesh_lib
 from jaxtree.train.update import (UpdateConfig, Updater, make_optimizer, make_schedule,
@@ -176,15 +174,10 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 
 def test_update_on_eight_fake_devices_equals_one_device():
     """data=4 x fsdp=2 and data=2 x fsdp=2 x tensor=2 give the 1-device parameters (atol 1e-5)."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT.format(tests=tests)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "SHARDED_MATCH" in proc.stdout
+    stdout = run_script(_SHARDED_SCRIPT, "SHARDED_MATCH")
     # parameters really were split: fsdp on the model dimension, tensor on the MLP width
-    assert "(4, 2, 1) up_proj shard (64, 512)" in proc.stdout
-    assert "(2, 2, 2) up_proj shard (64, 256)" in proc.stdout
+    assert "(4, 2, 1) up_proj shard (64, 512)" in stdout
+    assert "(2, 2, 2) up_proj shard (64, 256)" in stdout
 
 
 def test_updater_pads_nothing_and_reports_reference_logprobs(tiny):

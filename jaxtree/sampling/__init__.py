@@ -1,4 +1,5 @@
-"""Batched sampling with a KV cache (and, later, the LATR branching kernel)."""
+"""Batched sampling with a KV cache; the LATR kernel is `jaxtree.sampling.latr`, its on-device
+edit distance `jaxtree.sampling.edit_distance`."""
 
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens, sampling_log_probs
 from jaxtree.sampling.sampler import (CACHE_FULL, EOS, FINISH_REASONS, MAX_TOKENS, STOP_SEQUENCE,

@@ -46,15 +46,11 @@ def edit_distance(a: jax.Array, b: jax.Array, a_lengths: jax.Array,
       int32[B].
     """
     batch, width = a.shape
-    columns = jnp.arange(width + 1, dtype=jnp.int32)
-    first = jnp.broadcast_to(columns, (batch, width + 1))        # D[0][j] = j
+    first = jnp.broadcast_to(jnp.arange(width + 1, dtype=jnp.int32), (batch, width + 1))  # D[0]
 
     def row(prev, inputs):
         i, a_i = inputs                                           # row i = 1..W, token a[i-1]
-        substitution = prev[:, :-1] + (a_i[:, None] != b).astype(jnp.int32)
-        e = jnp.concatenate([jnp.full((batch, 1), i, jnp.int32),
-                             jnp.minimum(prev[:, 1:] + 1, substitution)], axis=1)
-        current = running_min(e - columns) + columns
+        current = _next_line(prev, jnp.full((batch,), i, jnp.int32), a_i, b)
         return current, current
 
     rows = jnp.arange(1, width + 1, dtype=jnp.int32)
@@ -68,9 +64,14 @@ def edit_distance_normalized(a: jax.Array, b: jax.Array, a_lengths: jax.Array,
     """Levenshtein distance divided by the longer length (LATR's normalized edit distance), in
     [0, 1]: float32[B]. Two empty sequences get 1.0: in LATR they are branches that both ended on
     their (different) branch tokens, which is no evidence of similarity."""
+    return _normalized(edit_distance(a, b, a_lengths, b_lengths), a_lengths, b_lengths)
+
+
+def _normalized(distance: jax.Array, a_lengths: jax.Array, b_lengths: jax.Array) -> jax.Array:
+    """distance / max(a_lengths, b_lengths), and 1.0 where both are empty."""
     longer = jnp.maximum(a_lengths, b_lengths)
-    distance = edit_distance(a, b, a_lengths, b_lengths).astype(jnp.float32)
-    return jnp.where(longer > 0, distance / jnp.maximum(longer, 1).astype(jnp.float32), 1.0)
+    return jnp.where(longer > 0, distance.astype(jnp.float32)
+                     / jnp.maximum(longer, 1).astype(jnp.float32), 1.0)
 
 
 # ----------------------------------------------------------------------------- incremental form
@@ -149,7 +150,4 @@ def levenshtein_add_column(frontier: LevenshteinFrontier, a_length: jax.Array,
 def levenshtein_read_normalized(frontier: LevenshteinFrontier, a_length: jax.Array,
                                 b_length: jax.Array) -> jax.Array:
     """`edit_distance_normalized` of the pairs at their current lengths: float32[B]."""
-    rows = jnp.arange(a_length.shape[0])
-    distance = frontier.row[rows, b_length].astype(jnp.float32)
-    longer = jnp.maximum(a_length, b_length)
-    return jnp.where(longer > 0, distance / jnp.maximum(longer, 1).astype(jnp.float32), 1.0)
+    return _normalized(frontier.row[jnp.arange(a_length.shape[0]), b_length], a_length, b_length)

@@ -15,14 +15,7 @@ import numpy as np
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> tuple[float, list]:
     """Runs fn warmup times untimed, then `repeats` times; returns (median seconds, all times)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+    return interleaved_median_seconds({"fn": fn}, repeats, warmup)["fn"]
 
 
 def interleaved_median_seconds(fns: dict[str, Callable[[], object]], repeats: int,

@@ -13,8 +13,9 @@ Three ways to produce k rollouts for each of P prompts, n tokens each:
 
 The model is the tiny architecture with an untied output layer scaled up 16x: random weights give
 near-uniform distributions that never branch at LATR's thresholds, and the scaled layer makes a
-few percent of positions pass them (6.6% of random contexts), close to the branching ratios LATR
-reports for Qwen2.5-3B (0.04-0.10, Table 10). EOS is disabled so every row runs n tokens and
+few percent of positions pass them (6.6% of random contexts). Along the trees' greedy paths about
+1% of tokens branch (LATR Table 10 reports 4-10% for Qwen2.5-3B), so trees rarely saturate: the
+kernel's worst case, tree bookkeeping at every step. EOS is disabled so every row runs n tokens and
 the three variants do the same amount of decoding. Slot-token forwards count the tokens fed to
 the model for rows that are alive and unfinished (prefill excluded): plain sampling feeds n - 1
 per row; LATR feeds its tree branches and the fresh samples its free slots hold (a later branch may

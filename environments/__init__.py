@@ -7,7 +7,8 @@ signatures. The protocol is documented in `environments/base.py` and `environmen
     env = environments.make("frozen_lake", size=4, style="compact")
 """
 
-from environments.base import STYLES, TextEnv, extract_answer
+from environments.base import STYLES, EnvNotResetError, TextEnv, extract_answer
 from environments.registry import env_class, make, names, register
 
-__all__ = ["STYLES", "TextEnv", "env_class", "extract_answer", "make", "names", "register"]
+__all__ = ["STYLES", "EnvNotResetError", "TextEnv", "env_class", "extract_answer", "make", "names",
+           "register"]

@@ -51,7 +51,9 @@ The parsed action is the expression tree: an int leaf, or a tuple (op, left, rig
 that reparse to the same tree (a right operand of equal precedence keeps its parentheses):
 `(1 + 2) * 3`, `8 / (3 - 8 / 3)`. Chat style wraps the answer as `<answer> (1 + 2) * 3 </answer>`
 (the last such block counts; <think> text outside it is ignored); compact style answers with the
-bare expression.
+bare expression. `is_expression` is the action check of environments/base.py's contract: leaves
+are non-negative ints (Python or numpy, not bools), inner nodes 3-tuples with one of the four
+operators; anything else (a string, a list, a negative or float leaf, a 2-tuple) is not an action.
 
 Rewards (LATR Eq. 11)
 ---------------------
@@ -64,7 +66,8 @@ Rewards (LATR Eq. 11)
 Method queries
 --------------
   * oracle_action(): the solver's expression (exhaustive search, memoised per instance);
-  * verify(action): the expression uses exactly the given numbers and equals the target;
+  * verify(action): the expression uses exactly the given numbers and equals the target (False
+    once the answer is given, as every verifier once the episode is over);
   * process_score(): 0 before the answer, then its Eq. 11 reward (0.1 * format + 0.9 * correct,
     in [0, 1] whatever `format_penalty` is);
   * turn_score(action): the base default, the reward a clone receives (the single step's reward);
@@ -107,7 +110,7 @@ from typing import Union
 
 import numpy as np
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int
 
 #: An expression tree: an int literal, or (operator, left operand, right operand).
 Expr = Union[int, tuple[str, "Expr", "Expr"]]
@@ -212,6 +215,18 @@ def parse_expression(text: str) -> Expr | None:
         return None
 
 
+def is_expression(value, depth: int = 0) -> bool:
+    """Whether `value` is an expression tree (the action type): a non-negative integer literal
+    (a Python or numpy int, not a bool) or a tuple (op, left, right) with op in OPERATORS, nested
+    less than MAX_ANSWER_CHARS deep (no answer text nests deeper, and the bound keeps the recursion
+    shallow). Never raises."""
+    if isinstance(value, tuple):
+        return (len(value) == 3 and depth < MAX_ANSWER_CHARS and isinstance(value[0], str)
+                and value[0] in _PRECEDENCE and is_expression(value[1], depth + 1)
+                and is_expression(value[2], depth + 1))
+    return (type(value) is int or is_int(value)) and value >= 0
+
+
 def evaluate(expr: Expr) -> Fraction | None:
     """Exact value of an expression, or None when it divides by zero."""
     try:
@@ -221,28 +236,28 @@ def evaluate(expr: Expr) -> Fraction | None:
 
 
 def _value(expr: Expr) -> Fraction:
-    if isinstance(expr, int):
-        return Fraction(expr)
+    if not isinstance(expr, tuple):
+        return Fraction(int(expr))
     op, left, right = expr
     return _APPLY[op](_value(left), _value(right))
 
 
 def leaves(expr: Expr) -> list[int]:
     """The integer literals of an expression, left to right."""
-    if isinstance(expr, int):
-        return [expr]
+    if not isinstance(expr, tuple):
+        return [int(expr)]
     _, left, right = expr
     return leaves(left) + leaves(right)
 
 
 def _precedence(expr: Expr) -> int:
-    return _LEAF_PRECEDENCE if isinstance(expr, int) else _PRECEDENCE[expr[0]]
+    return _PRECEDENCE[expr[0]] if isinstance(expr, tuple) else _LEAF_PRECEDENCE
 
 
 def format_expression(expr: Expr) -> str:
     """Canonical text: spaced operators and the fewest parentheses that reparse to the same tree."""
-    if isinstance(expr, int):
-        return str(expr)
+    if not isinstance(expr, tuple):
+        return str(int(expr))
     op, left, right = expr
     left_text, right_text = format_expression(left), format_expression(right)
     # The parser is left-associative, so a right operand of equal precedence needs parentheses
@@ -346,6 +361,8 @@ class Countdown(TextEnv):
     """LATR's Countdown: one answer, an expression over the given numbers that equals the target."""
 
     name = "countdown"
+    action_spec = ("an expression tree: an int >= 0, or a tuple (op, left, right) with op one of "
+                   "+ - * /")
     system_prompt = SYSTEM_PROMPT
 
     def __init__(self, *, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 100,
@@ -380,6 +397,9 @@ class Countdown(TextEnv):
     def _parse(self, content: str) -> Expr | None:
         return parse_expression(content)
 
+    def _is_action(self, action) -> bool:
+        return is_expression(action)
+
     def _is_legal(self, action: Expr) -> bool:
         del action  # every well-formed expression is a legal answer; a wrong one scores 0.1
         return True
@@ -394,10 +414,10 @@ class Countdown(TextEnv):
         self.answered, self.well_formed, self.correct = True, False, False
         return self.format_penalty, True, False
 
-    def format_action(self, action: Expr) -> str:
+    def _format_action(self, action: Expr) -> str:
         return format_expression(action)
 
-    def canonical_state(self) -> str:
+    def _canonical_state(self) -> str:
         numbers_ = ",".join(map(str, sorted(self.numbers)))
         return f"{numbers_}->{self.target}|{self._status()}"
 
@@ -405,7 +425,7 @@ class Countdown(TextEnv):
         """Nothing to copy: every game attribute is immutable, so the shallow copy that clone()
         makes is already independent of the original."""
 
-    def random_action(self, rng: np.random.Generator) -> Expr:
+    def _random_action(self, rng: np.random.Generator) -> Expr:
         """A random expression over the given numbers (always legal, rarely correct)."""
         return random_expression(list(self.numbers), rng)
 
@@ -427,7 +447,7 @@ class Countdown(TextEnv):
 
     # ------------------------------------------------------------------ text
 
-    def render(self, style: str | None = None) -> str:
+    def _render(self, style: str | None) -> str:
         status = self._status()
         if self._style(style) == "compact":
             line = f"{' '.join(map(str, self.numbers))} -> {self.target}"
@@ -453,16 +473,14 @@ class Countdown(TextEnv):
 
     # ------------------------------------------------------------------ method queries
 
-    def oracle_action(self) -> Expr | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> Expr:
         return solve(self.numbers, self.target)
 
-    def verify(self, action) -> bool:
-        return action is not None and self._is_correct(action)
+    def _verify(self, action: Expr) -> bool:
+        return self._is_correct(action)
 
-    def process_score(self) -> float:
+    def _process_score(self) -> float:
         return self._eq11_reward() if self.answered else 0.0
 
-    def metrics(self) -> dict:
+    def _metrics(self) -> dict:
         return {"format": int(self.well_formed), "correct": int(self.correct)}

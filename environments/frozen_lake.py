@@ -63,7 +63,8 @@ Method queries
                  malformed answers lower the score.
   turn_score(a)  TSR Eq. 10: S(s, a) = -Manhattan(s', G) - λ·1[s' is a hole], s' the next cell;
                  on a slippery lake its expectation under gymnasium's transition probabilities.
-                 Malformed text (a = None) leaves the agent in place and costs the format penalty:
+                 Malformed text (a = None, or any value that is not an action 0-3, see
+                 environments/base.py) leaves the agent in place and costs the format penalty:
                  -Manhattan(s, G) + format_penalty, ranked below staying in place by a legal move.
 
 Parameters (defaults and sources)
@@ -92,7 +93,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int
 
 #: Canonical action texts, indexed by gymnasium's action index.
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -225,6 +226,7 @@ class FrozenLake(TextEnv):
     """Gymnasium's FrozenLake as a text environment (rules and decisions: module docstring)."""
 
     name = "frozen_lake"
+    action_spec = "an int 0-3 (Left, Down, Right, Up)"
     system_prompt = ("You are a careful agent crossing a frozen lake on a grid. Think about where "
                      "the holes are, then give exactly one move in <answer></answer> tags.")
 
@@ -281,8 +283,11 @@ class FrozenLake(TextEnv):
     def _parse(self, content: str) -> int | None:
         return _ACTION_INDEX.get(content.lower())
 
+    def _is_action(self, action) -> bool:
+        return is_int(action) and 0 <= action < len(ACTIONS)
+
     def _is_legal(self, action: int) -> bool:
-        return action in range(len(ACTIONS))  # edge moves are legal too (the agent stays put)
+        return True  # edge moves are legal too (the agent stays put)
 
     def _apply(self, action: int) -> tuple[float, bool, bool]:
         outcomes = self._lake.transitions[self._cell][action]
@@ -300,14 +305,14 @@ class FrozenLake(TextEnv):
                 return index
         return len(outcomes) - 1  # u was within rounding of 1
 
-    def format_action(self, action: int) -> str:
+    def _format_action(self, action: int) -> str:
         return ACTIONS[action]
 
-    def random_action(self, rng: np.random.Generator) -> int:
+    def _random_action(self, rng: np.random.Generator) -> int:
         """One of the four moves, uniformly (every move is legal)."""
         return int(rng.integers(len(ACTIONS)))
 
-    def render(self, style: str | None = None) -> str:
+    def _render(self, style: str | None) -> str:
         if self._style(style) == "chat":
             return f"{self._grid(_CHAT_TILES, _CHAT_PLAYER, ' ')}\n{_CHAT_LEGEND}"
         return self._grid(_COMPACT_TILES, _COMPACT_PLAYER, "")
@@ -333,8 +338,8 @@ class FrozenLake(TextEnv):
                 f"where you are.{slippery} You have at most {self.max_steps} moves. Give exactly "
                 "one action per turn inside answer tags, for example <answer>Up</answer>.")
 
-    def canonical_state(self) -> str:
-        row, col = self.position
+    def _canonical_state(self) -> str:
+        row, col = divmod(self._cell, self._lake.ncol)
         return f"{row},{col}"  # the map is fixed within an episode
 
     def _copy_state(self, other: "FrozenLake") -> None:
@@ -345,16 +350,22 @@ class FrozenLake(TextEnv):
     @property
     def desc(self) -> tuple[str, ...]:
         """The current map as gymnasium-style row strings."""
+        if not self._ready:
+            raise self._not_reset("desc")
         return self._lake.desc
 
     @property
     def position(self) -> tuple[int, int]:
         """The agent's (row, column)."""
+        if not self._ready:
+            raise self._not_reset("position")
         return divmod(self._cell, self._lake.ncol)
 
     def distance(self, cell: tuple[int, int] | None = None) -> int | None:
         """Moves on a shortest safe path from `cell` (row, column; default: the agent's cell) to
         the goal; None for holes and cells cut off from the goal."""
+        if not self._ready:
+            raise self._not_reset("distance")
         if cell is None:
             return self._lake.distance[self._cell]
         row, col = cell
@@ -363,15 +374,13 @@ class FrozenLake(TextEnv):
             raise ValueError(f"cell={cell!r} is outside the {lake.nrow}x{lake.ncol} map")
         return lake.distance[row * lake.ncol + col]
 
-    def oracle_action(self) -> int | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> int:
         return self._lake.shortest_moves[self._cell][0]
 
-    def verify(self, action: int | None) -> bool:
-        return not self.done and action in self._lake.shortest_moves[self._cell]
+    def _verify(self, action: int) -> bool:
+        return action in self._lake.shortest_moves[self._cell]
 
-    def process_score(self) -> float:
+    def _process_score(self) -> float:
         lake = self._lake
         if self._cell == lake.goal:
             return 1.0
@@ -380,13 +389,13 @@ class FrozenLake(TextEnv):
             return 0.0
         return min(1.0, max(0.0, self.total_reward + 1.0 - distance / lake.max_distance))
 
-    def turn_score(self, action: int | None) -> float:
+    def _turn_score(self, action: int | None) -> float:
         lake = self._lake
-        if not self._is_legal(action):
+        if action is None:
             return self.format_penalty - _manhattan(self._cell, lake.goal, lake.ncol)
         return (-lake.expected_manhattan[self._cell][action]
                 - self.hole_penalty * lake.hole_probability[self._cell][action])
 
-    def metrics(self) -> dict:
+    def _metrics(self) -> dict:
         """The BFS distance from the agent to the goal (None once in a hole)."""
         return {"distance": self._lake.distance[self._cell]}

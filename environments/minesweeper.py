@@ -52,7 +52,8 @@ action is `Action(kind, row, col)` with kind "reveal" or "flag". Canonical text:
 bare text. Parsing tolerates case, whitespace and Listing 3's optional angle brackets
 (`<answer><reveal(0,0)></answer>`, `FLAG( 1 , 2 )`), and rejects anything else: other verbs, a
 missing or extra argument, a sign, unbalanced brackets, trailing text. Out-of-range coordinates
-parse but are illegal.
+parse but are illegal. A plain tuple ("reveal", r, c) is the same action; any value other than a
+3-tuple of a lower-case kind and two non-negative ints is not an action (environments/base.py).
 
 Rewards
 -------
@@ -123,7 +124,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int
 
 REVEAL, FLAG = "reveal", "flag"
 INVALID_ACTIONS = ("lose", "penalize")
@@ -347,6 +348,8 @@ class Minesweeper(TextEnv):
     """VPR's Minesweeper; the module docstring documents the rules and every decision."""
 
     name = "minesweeper"
+    action_spec = ("an Action(kind, row, col) tuple: kind 'reveal' or 'flag', row and col "
+                   "non-negative ints")
     system_prompt = ("You are an AI agent that makes optimal decisions to solve the game of "
                      "Minesweeper.")  # Listing 3
 
@@ -370,7 +373,6 @@ class Minesweeper(TextEnv):
                                                                            mines)
         self._neighbours = neighbour_table(rows, cols)
         self._num_safe = rows * cols - mines
-        self._reset_game(0)  # a well-formed board even before the first reset()
 
     # ------------------------------------------------------------------ game
 
@@ -416,6 +418,11 @@ class Minesweeper(TextEnv):
             return None
         return Action(match.group(1).lower(), int(match.group(2)), int(match.group(3)))
 
+    def _is_action(self, action) -> bool:
+        return (isinstance(action, tuple) and len(action) == 3 and isinstance(action[0], str)
+                and action[0] in (REVEAL, FLAG) and is_int(action[1]) and action[1] >= 0
+                and is_int(action[2]) and action[2] >= 0)
+
     def _is_legal(self, action: Action) -> bool:
         kind, r, c = action
         if not (0 <= r < self.rows and 0 <= c < self.cols) or self._revealed[r, c]:
@@ -460,11 +467,11 @@ class Minesweeper(TextEnv):
             return 0.0, True, False
         return super()._invalid_outcome(action)
 
-    def format_action(self, action: Action) -> str:
+    def _format_action(self, action: Action) -> str:
         kind, r, c = action
         return f"{kind}({r},{c})"
 
-    def random_action(self, rng: np.random.Generator) -> Action:
+    def _random_action(self, rng: np.random.Generator) -> Action:
         """A uniformly random legal action (the episode must not be over)."""
         actions = [Action(REVEAL, r, c) for r, c in np.argwhere(~self._revealed & ~self._flagged)]
         actions += [Action(FLAG, r, c) for r, c in np.argwhere(~self._revealed)]
@@ -487,7 +494,7 @@ class Minesweeper(TextEnv):
             chars[self._exploded[0]][self._exploded[1]] = "*"
         return chars
 
-    def render(self, style: str | None = None) -> str:
+    def _render(self, style: str | None) -> str:
         chars = self._cell_chars()
         if self._style(style) == "compact":
             rows = "\n".join("".join(row) for row in chars)
@@ -513,7 +520,7 @@ class Minesweeper(TextEnv):
             consequence=("will result in immediate loss of the game"
                          if self.invalid_action == "lose" else "will be penalized"))
 
-    def canonical_state(self) -> str:
+    def _canonical_state(self) -> str:
         return "/".join("".join(row) for row in self._cell_chars())
 
     # ------------------------------------------------------------------ posterior and queries
@@ -521,6 +528,8 @@ class Minesweeper(TextEnv):
     def mine_probabilities(self) -> np.ndarray:
         """Eq. 3's posterior mine probability of every cell, a float array [rows, cols]: 0 for
         revealed cells, 1 for a revealed mine; flags are ignored. A fresh copy of the cache."""
+        if not self._ready:
+            raise self._not_reset("mine_probabilities")
         return self._posterior_grid().copy()
 
     def _posterior_grid(self) -> np.ndarray:
@@ -545,9 +554,7 @@ class Minesweeper(TextEnv):
         grid.setflags(write=False)
         return grid
 
-    def verify(self, action: Action | None) -> bool:
-        if self.done or action is None or not self._is_legal_safe(action):
-            return False
+    def _verify(self, action: Action) -> bool:
         kind, r, c = action
         posterior = self._posterior_grid()
         if kind == REVEAL:
@@ -555,9 +562,7 @@ class Minesweeper(TextEnv):
             return bool(posterior[r, c] <= posterior[candidates].min() + TOLERANCE)
         return bool(not self._flagged[r, c] and posterior[r, c] >= 1.0 - TOLERANCE)
 
-    def oracle_action(self) -> Action | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> Action:
         posterior = self._posterior_grid()
         open_cells = ~self._revealed & ~self._flagged
         safest_open = posterior[open_cells].min() if open_cells.any() else math.inf
@@ -569,13 +574,15 @@ class Minesweeper(TextEnv):
 
     def completion_rate(self) -> float:
         """CR: the fraction of safe cells revealed."""
+        if not self._ready:
+            raise self._not_reset("completion_rate")
         return self._num_revealed / self._num_safe
 
-    def process_score(self) -> float:
-        return 0.0 if self._exploded is not None else self.completion_rate()
+    def _process_score(self) -> float:
+        return 0.0 if self._exploded is not None else self._num_revealed / self._num_safe
 
-    def metrics(self) -> dict:
-        return {"completion_rate": self.completion_rate(),
+    def _metrics(self) -> dict:
+        return {"completion_rate": self._num_revealed / self._num_safe,
                 "solved": self._num_revealed == self._num_safe}
 
 

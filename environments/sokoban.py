@@ -117,7 +117,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int
 
 #: Canonical action texts; an action is its index here.
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -392,6 +392,7 @@ class Sokoban(TextEnv):
     """gym-sokoban's Sokoban as a text environment (rules and decisions in the module docstring)."""
 
     name = "sokoban"
+    action_spec = "an int 0-3 (Up, Down, Left, Right)"
     system_prompt = ("You are a careful puzzle solver playing Sokoban. Think about where each box "
                      "must go and avoid pushing boxes into corners, then give exactly one move in "
                      "<answer></answer> tags.")
@@ -430,35 +431,38 @@ class Sokoban(TextEnv):
     def _parse(self, content: str) -> int | None:
         return _ACTION_INDEX.get(content.lower())
 
+    def _is_action(self, action) -> bool:
+        return is_int(action) and 0 <= action < len(ACTIONS)
+
     def _is_legal(self, action: int) -> bool:
-        return action in range(len(ACTIONS))  # blocked moves are legal no-ops
+        return True  # blocked moves are legal no-ops
 
     def _apply(self, action: int) -> tuple[float, bool, bool]:
-        on_before = self.boxes_on_target
+        on_before = self._boxes_on_target()
         self.player, self.boxes, _ = self.layout.move(self.player, self.boxes, action)
-        on_after = self.boxes_on_target
+        on_after = self._boxes_on_target()
         reward = STEP_PENALTY
         if on_after > on_before:
             reward += BOX_ON_TARGET_REWARD
         elif on_after < on_before:
             reward += BOX_OFF_TARGET_PENALTY
-        solved = self.solved
+        solved = self.boxes <= self.layout.targets
         if solved:
             reward += SOLVED_REWARD
         return reward, solved, solved
 
-    def format_action(self, action: int) -> str:
+    def _format_action(self, action: int) -> str:
         return ACTIONS[action]
 
-    def random_action(self, rng: np.random.Generator) -> int:
+    def _random_action(self, rng: np.random.Generator) -> int:
         """One of the four moves, uniformly (every move is legal)."""
         return int(rng.integers(len(ACTIONS)))
 
-    def render(self, style: str | None = None) -> str:
+    def _render(self, style: str | None) -> str:
         if self._style(style) == "compact":
             return self._grid(_COMPACT_SYMBOLS, _COMPACT_WALL, "")
         return (f"{self._grid(_CHAT_SYMBOLS, _CHAT_WALL, ' ')}\n"
-                f"Boxes on target: {self.boxes_on_target}/{len(self.boxes)}\n{_CHAT_LEGEND}")
+                f"Boxes on target: {self._boxes_on_target()}/{len(self.boxes)}\n{_CHAT_LEGEND}")
 
     def _grid(self, symbols: dict, wall: str, separator: str) -> str:
         layout = self.layout
@@ -483,7 +487,7 @@ class Sokoban(TextEnv):
                 f"target, which solves the puzzle. You have at most {self.max_steps} moves. Give "
                 "exactly one move per turn inside answer tags, for example <answer>Left</answer>.")
 
-    def canonical_state(self) -> str:
+    def _canonical_state(self) -> str:
         position = self.layout.position
         boxes = ";".join("%d,%d" % position(box) for box in sorted(self.boxes))
         return "P%d,%d|B%s" % (*position(self.player), boxes)
@@ -496,38 +500,47 @@ class Sokoban(TextEnv):
 
     @property
     def boxes_on_target(self) -> int:
+        if not self._ready:
+            raise self._not_reset("boxes_on_target")
+        return self._boxes_on_target()
+
+    def _boxes_on_target(self) -> int:
         return len(self.boxes & self.layout.targets)
 
     @property
     def solved(self) -> bool:
+        if not self._ready:
+            raise self._not_reset("solved")
         return self.boxes <= self.layout.targets
 
     def is_deadlocked(self) -> bool:
         """Some box is on a dead square (module docstring, Deadlocks)."""
+        if not self._ready:
+            raise self._not_reset("is_deadlocked")
         return not self.boxes.isdisjoint(self.layout.dead)
 
     def solve(self) -> list[int] | None:
         """A shortest action sequence from the current state (empty once solved), or None when the
         level can no longer be solved."""
+        if not self._ready:
+            raise self._not_reset("solve")
         plan = self._solver.solve((self.player, self.boxes))
         return None if plan is None else list(plan)
 
     def optimal_length(self) -> int | None:
         """Actions in a shortest solution from the current state; None when unsolvable."""
+        if not self._ready:
+            raise self._not_reset("optimal_length")
         plan = self._solver.solve((self.player, self.boxes))
         return None if plan is None else len(plan)
 
-    def oracle_action(self) -> int | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> int:
         plan = self._solver.solve((self.player, self.boxes))
         if plan is None:
             return 0  # unsolvable: "Up", still a legal move (module docstring)
         return plan[0]  # never empty: a solved state has ended the episode
 
-    def verify(self, action: int | None) -> bool:
-        if self.done or not self._is_legal_safe(action):
-            return False
+    def _verify(self, action: int) -> bool:
         plan = self._solver.solve((self.player, self.boxes))
         if plan is None:
             return False
@@ -535,12 +548,12 @@ class Sokoban(TextEnv):
         after = self._solver.solve((player, boxes))
         return after is not None and len(after) == len(plan) - 1
 
-    def process_score(self) -> float:
-        if self.solved:
+    def _process_score(self) -> float:
+        if self.boxes <= self.layout.targets:
             return 1.0
-        if self.is_deadlocked():
+        if not self.boxes.isdisjoint(self.layout.dead):  # deadlocked
             return 0.0
-        on_target = self.boxes_on_target / len(self.boxes)
+        on_target = self._boxes_on_target() / len(self.boxes)
         closer = 1.0 - self._box_distance() / self._initial_distance
         return min(1.0, max(0.0, 0.5 * on_target + 0.5 * closer))
 
@@ -548,5 +561,5 @@ class Sokoban(TextEnv):
         """Sum over boxes of the Manhattan distance to the nearest target."""
         return sum(self.layout.target_distance[box] for box in self.boxes)
 
-    def metrics(self) -> dict:
-        return {"boxes_on_target": self.boxes_on_target}
+    def _metrics(self) -> dict:
+        return {"boxes_on_target": self._boxes_on_target()}

@@ -38,6 +38,7 @@ bare text. Parsing tolerates case, whitespace and Listing 2's optional angle bra
 (`<answer><fill(1,1,5)></answer>`, `FILL( 1 , 1 , 5 )`), and rejects anything else: a missing or
 extra argument, a sign, other separators (`fill 1 1 5`), trailing text. Non-negative decimal
 integers parse; out-of-range values (`fill(0,1,5)`, `fill(1,1,10)`) parse but are illegal.
+Any value other than a tuple of three non-negative ints is not an action (environments/base.py).
 
 Rewards
 -------
@@ -48,7 +49,8 @@ VPR's dense process reward r_t = 1[G*[i, j] = d] (§2.2) is `verify(action)`, no
 
 Method queries
 --------------
-  * verify(action): the cell is empty and d == G*[r, c] (§2.2's V(s_t, a_t));
+  * verify(action): the cell is empty and d == G*[r, c] (§2.2's V(s_t, a_t)); False once the
+    episode is over (the grid is full or the step limit was reached);
   * oracle_action(): the first empty cell in row-major order with its solution digit;
   * process_score(): 0 once any filled digit disagrees with G* (the puzzle can no longer be
     solved), else the completion rate;
@@ -84,7 +86,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int_tuple
 
 SIZES = (4, 9)
 DEFAULT_BLANKS = {9: 40, 4: 8}
@@ -232,6 +234,7 @@ class Sudoku(TextEnv):
     """VPR's Sudoku: fill the blanks of a uniquely solvable grid, one `fill(r,c,d)` per turn."""
 
     name = "sudoku"
+    action_spec = "a (row, col, digit) tuple of three non-negative ints"
     system_prompt = SYSTEM_PROMPT
 
     def __init__(self, *, size: int = 9, blanks: int | None = None, style: str = "chat",
@@ -278,12 +281,15 @@ class Sudoku(TextEnv):
             return None
         return int(match[2]), int(match[3]), int(match[4])
 
-    def random_action(self, rng: np.random.Generator) -> tuple[int, int, int]:
+    def _random_action(self, rng: np.random.Generator) -> tuple[int, int, int]:
         """A uniformly random legal fill: an empty cell and any digit (the episode must not be
         over)."""
         empty = np.argwhere(self.grid == 0)
         row, col = empty[int(rng.integers(len(empty)))]
         return int(row) + 1, int(col) + 1, int(rng.integers(1, self.size + 1))
+
+    def _is_action(self, action) -> bool:
+        return is_int_tuple(action, 3)
 
     def _is_legal(self, action: tuple[int, int, int]) -> bool:
         row, col, _ = action
@@ -298,11 +304,11 @@ class Sudoku(TextEnv):
         success = bool(np.array_equal(self.grid, self.solution))
         return (1.0 if success else 0.0), True, success
 
-    def format_action(self, action: tuple[int, int, int]) -> str:
+    def _format_action(self, action: tuple[int, int, int]) -> str:
         row, col, digit = action
         return f"fill({row},{col},{digit})"
 
-    def canonical_state(self) -> str:
+    def _canonical_state(self) -> str:
         return "/".join(self._digit_rows())
 
     def _copy_state(self, other: "Sudoku") -> None:
@@ -326,7 +332,7 @@ class Sudoku(TextEnv):
             lines.append(f"R{r + 1}  {cells}")
         return "\n".join(lines)
 
-    def render(self, style: str | None = None) -> str:
+    def _render(self, style: str | None) -> str:
         if self._style(style) == "compact":
             return "\n".join(self._digit_rows())
         return f"```\nGAME STATE:\n{self._chat_board()}\n```"
@@ -368,33 +374,34 @@ output format in the response instructions."""
 
     # ------------------------------------------------------------------ method queries
 
-    def oracle_action(self) -> tuple[int, int, int] | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> tuple[int, int, int] | None:
         empty = np.flatnonzero(self.grid == 0)
         if empty.size == 0:
             return None
         row, col = divmod(int(empty[0]), self.size)
         return row + 1, col + 1, int(self.solution[row, col])
 
-    def verify(self, action) -> bool:
-        """VPR §2.2: V(s, (i, j, d)) = 1[G*[i, j] = d] for an empty cell (i, j); an illegal action
-        is never verified."""
-        if action is None or not self._is_legal_safe(action):
-            return False
+    def _verify(self, action: tuple[int, int, int]) -> bool:
+        """VPR §2.2: V(s, (i, j, d)) = 1[G*[i, j] = d] for an empty cell (i, j) (the base class
+        answers False for an illegal action and once the episode is over)."""
         row, col, digit = action
         return bool(self.solution[row - 1, col - 1] == digit)
 
     def completion_rate(self) -> float:
         """CR: blanks that hold their solution digit, over all blanks."""
+        if not self._ready:
+            raise self._not_reset("completion_rate")
+        return self._completion_rate()
+
+    def _completion_rate(self) -> float:
         correct = np.count_nonzero((self.grid == self.solution) & ~self.givens)
         return correct / self.blanks
 
-    def process_score(self) -> float:
+    def _process_score(self) -> float:
         if ((self.grid != 0) & (self.grid != self.solution)).any():
             return 0.0
-        return self.completion_rate()
+        return self._completion_rate()
 
-    def metrics(self) -> dict:
-        return {"completion_rate": self.completion_rate(),
+    def _metrics(self) -> dict:
+        return {"completion_rate": self._completion_rate(),
                 "solved": bool(np.array_equal(self.grid, self.solution))}

@@ -33,7 +33,10 @@ column 2), as in Listing 1. Parsing accepts the mark in either case, spaces arou
 one pair of surrounding angle brackets (Listing 1's example answer is `<X(0,0)>`); the mark must be
 the agent's own. Anything else ("X(1,2)!", "X(1 2)", "(1,2)", two moves) is malformed. A
 well-formed move on an occupied or out-of-range cell parses but is illegal. Chat style asks for
-`<answer>X(1,1)</answer>`, compact style for the bare `X(1,1)`.
+`<answer>X(1,1)</answer>`, compact style for the bare `X(1,1)`. The parsed action is the tuple
+(row, col) of non-negative ints; any other value is not an action (environments/base.py). Since the
+text carries the agent's mark, which reset() draws, `parse_action`, `format_action`, `answer_text`
+and `instructions` raise EnvNotResetError before the first reset, like the state queries.
 
 Observations
   chat     "GAME STATE:", Listing 1's grid with row and column indices ('X', 'O', '.' empty;
@@ -104,7 +107,7 @@ import re
 
 import numpy as np
 
-from environments.base import TextEnv
+from environments.base import TextEnv, is_int_tuple
 
 MARKS = ("X", "O")
 #: The eight lines as 9-bit masks: rows, columns, diagonals.
@@ -255,6 +258,7 @@ class TicTacToe(TextEnv):
     """VPR's Tic-Tac-Toe as a text environment (rules and decisions in the module docstring)."""
 
     name = "tictactoe"
+    action_spec = "a (row, col) tuple of two non-negative ints"
     system_prompt = ("You are an AI agent that makes optimal decisions to win in the game of "
                      "Tic-Tac-Toe.")  # Listing 1
 
@@ -278,8 +282,7 @@ class TicTacToe(TextEnv):
         self.oracle = oracle
         self.oracle_simulations = oracle_simulations
         self.invalid_action = invalid_action
-        # an empty board, so that render() and step() work before the first reset()
-        self._start("O" if agent_mark == "O" else "X", "random" if opponent == "random" else "mcts")
+        # The board, marks and opponent of an episode are set by reset() (through _start).
 
     def _start(self, agent_mark: str, opponent_kind: str) -> None:
         self.agent_mark = agent_mark
@@ -314,12 +317,17 @@ class TicTacToe(TextEnv):
         self.opponent_cells |= 1 << cell
 
     def _parse(self, content: str) -> tuple[int, int] | None:
+        if not self._ready:  # the agent's mark is drawn at reset
+            raise self._not_reset("parse_action")
         if content.startswith("<") and content.endswith(">"):
             content = content[1:-1].strip()
         match = _ACTION.fullmatch(content)
         if match is None or match[1].upper() != self.agent_mark:
             return None
         return int(match[2]), int(match[3])
+
+    def _is_action(self, action) -> bool:
+        return is_int_tuple(action, 2)
 
     def _is_legal(self, action: tuple[int, int]) -> bool:
         row, col = action
@@ -349,34 +357,46 @@ class TicTacToe(TextEnv):
         self.outcome = outcome
         return float(outcome), True, outcome == 1
 
-    def metrics(self) -> dict:
+    def _metrics(self) -> dict:
         """The game return so far and who moved first (evaluations report returns per mover)."""
         return {"return": float(self.outcome), "first_mover": self.agent_mark == "X"}
 
-    def format_action(self, action: tuple[int, int]) -> str:
+    def _format_action(self, action: tuple[int, int]) -> str:
+        if not self._ready:  # the text carries the agent's mark, drawn at reset
+            raise self._not_reset("format_action")
         row, col = action
         return f"{self.agent_mark}({row},{col})"
 
     @property
     def board(self) -> str:
         """The nine cells in row-major order: 'X', 'O' or '.'."""
+        if not self._ready:
+            raise self._not_reset("board")
+        return self._board()
+
+    def _board(self) -> str:
         return "".join(self.agent_mark if self.agent_cells >> cell & 1
                        else self.opponent_mark if self.opponent_cells >> cell & 1 else "."
                        for cell in range(9))
 
-    def random_action(self, rng: np.random.Generator) -> tuple[int, int]:
+    def _random_action(self, rng: np.random.Generator) -> tuple[int, int]:
         """A uniformly random empty cell (the episode must not be over)."""
-        actions = self.legal_actions()
+        actions = self._legal_actions()
         return actions[int(rng.integers(len(actions)))]
 
     def legal_actions(self) -> list[tuple[int, int]]:
         """The empty cells as (row, column), row-major (empty once the episode is over)."""
+        if not self._ready:
+            raise self._not_reset("legal_actions")
+        return self._legal_actions()
+
+    def _legal_actions(self) -> list[tuple[int, int]]:
         if self.done:
             return []
         return [divmod(cell, 3) for cell in _EMPTY_CELLS[self.agent_cells | self.opponent_cells]]
 
-    def render(self, style: str | None = None) -> str:
-        board = self.board
+    def _render(self, style: str | None) -> str:
+        board = self._board()
         if self._style(style) == "compact":
             return "\n".join([f"you: {self.agent_mark}", board[0:3], board[3:6], board[6:9]])
         grid = "\n".join([_GRID_HEADER] + [f"{row}  " + "  ".join(board[3 * row:3 * row + 3])
@@ -385,7 +405,7 @@ class TicTacToe(TextEnv):
 
     def _status_line(self) -> str:
         if not self.done:
-            actions = ", ".join(self.format_action(action) for action in self.legal_actions())
+            actions = ", ".join(self._format_action(action) for action in self._legal_actions())
             return f"LEGAL ACTIONS: {actions}"
         if self.outcome == 1:
             return "GAME OVER: you won."
@@ -396,6 +416,8 @@ class TicTacToe(TextEnv):
         return "GAME OVER: the step limit was reached."
 
     def instructions(self, style: str | None = None) -> str:
+        if not self._ready:  # they name the agent's mark, drawn at reset
+            raise self._not_reset("instructions")
         me, them = self.agent_mark, self.opponent_mark
         if self._style(style) == "compact":
             return f"Tic-tac-toe, three in a row wins. You play {me}. Move: {me}(row,col), 0-2."
@@ -435,26 +457,22 @@ class TicTacToe(TextEnv):
             "The game state is provided below. Please choose your action and strictly follow the "
             "given output format in the response instructions.")
 
-    def canonical_state(self) -> str:
-        return f"{self.board}|{self.agent_mark}"
+    def _canonical_state(self) -> str:
+        return f"{self._board()}|{self.agent_mark}"
 
     def _copy_state(self, other: "TicTacToe") -> None:
         """Nothing to copy: the board masks, marks and outcome are immutable ints and strings."""
 
     # ------------------------------------------------------------------ method queries
 
-    def oracle_action(self) -> tuple[int, int] | None:
-        if self.done:
-            return None
+    def _oracle_action(self) -> tuple[int, int]:
         if self.oracle == "minimax":
             return divmod(minimax_move(self.agent_cells, self.opponent_cells), 3)
         q = self._oracle_q()
         best = max(value for _, value in q)
         return divmod(next(cell for cell, value in q if value == best), 3)
 
-    def verify(self, action) -> bool:
-        if self.done or action is None or not self._is_legal_safe(action):
-            return False
+    def _verify(self, action: tuple[int, int]) -> bool:
         row, col = action
         cell = 3 * row + col
         if self.oracle == "minimax":
@@ -467,7 +485,7 @@ class TicTacToe(TextEnv):
         return _oracle_q(self.agent_cells, self.opponent_cells, self.oracle_simulations,
                          self.seed, self.num_steps)
 
-    def process_score(self) -> float:
+    def _process_score(self) -> float:
         if self.done:
             return (self.outcome + 1) / 2
         return (minimax_value(self.agent_cells, self.opponent_cells) + 1) / 2

@@ -9,7 +9,7 @@ are scaled to the tiny model's answers: an answer is ~6 tokens (at most 32), whe
 windows (20, 30, 50) cover 2-5% of a 1,024-token completion; (4, 8) keep every branch checked
 before the answer ends. The hybrid fraction η follows the reference code's Countdown schedule
 {0: 1, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0}. Groups short of k are completed with fresh samples
-from the prompt (`latr.completion`); docs/benchmarks.md compares the three completions and the
+from the prompt (`rollout.latr.completion`); docs/benchmarks.md compares the three completions and the
 stochastic baseline on this task.
 """
 
@@ -17,7 +17,8 @@ from jaxtree.experiment import rl_config, sibling_config
 
 
 def get_config():
-    config = rl_config(sibling_config(__file__, "countdown_sft"), "grpo", strategy="latr")
-    config.latr.windows = (4, 8)
-    config.latr.eta_schedule = ((0, 1.0), (10, 0.75), (20, 0.5), (80, 0.25), (200, 0.0))
-    return config
+    return rl_config(sibling_config(__file__, "countdown_sft"), "grpo", {
+        "rollout.strategy": "latr",
+        "rollout.latr.windows": (4, 8),
+        "rollout.latr.eta_schedule": ((0, 1.0), (10, 0.75), (20, 0.5), (80, 0.25), (200, 0.0)),
+    })

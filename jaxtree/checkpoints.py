@@ -7,6 +7,7 @@ package versions, so a checkpoint alone is enough to rebuild the policy.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 from typing import Any
@@ -14,9 +15,19 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from jaxtree.config import Section, option, positive
 from jaxtree.models.config import ModelConfig
 
 CHECKPOINTS = "checkpoints"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig(Section):
+    """Config section `checkpoint`: when training checkpoints are written and how many stay."""
+
+    every: int = option(10, "steps between checkpoints (also at the end and on SIGTERM)",
+                        check=positive())
+    keep: int = option(3, "newest checkpoints kept", check=positive())
 
 
 class CheckpointNotFoundError(FileNotFoundError):

@@ -22,10 +22,30 @@ import math
 from collections import defaultdict
 from typing import Callable, Sequence
 
+import jax
 import numpy as np
 
 from environments.base import TextEnv
+from jaxtree.config import Section, non_negative, option, positive
+from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.strategies.independent import sample_independent
 from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.tasks import eval_seeds
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(Section):
+    """Config section `eval`: held-out evaluation, the same for `launch.evaluate` and for the
+    evaluations during training."""
+
+    num_tasks: int = option(200, "held-out tasks (fixed seeds, disjoint from training seeds)",
+                            check=positive())
+    samples_per_task: int = option(4, "episodes per task (k of pass@k)", check=positive())
+    temperature: float = option(1.0, "sampling temperature of the evaluated policy",
+                                check=non_negative())
+    seed: int = option(0, "sampling seed (the same every evaluation: common random numbers)")
+    every: int = option(10, "training steps between evaluations (also at step 0 and the end)",
+                        check=positive())
+
 
 # Protocol bookkeeping in `info`, not environment metrics.
 _PROTOCOL_KEYS = {"valid", "success", "truncated", "action", "num_steps", "num_invalid",
@@ -108,3 +128,12 @@ def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
             if returns:
                 out[label] = float(np.mean(returns))
     return out
+
+
+def evaluate(engine: SlotEngine, params, config: EvalConfig) -> dict[str, float]:
+    """The metrics of the policy `params` on the held-out tasks of `config` (`num_tasks` fixed
+    seeds x `samples_per_task` episodes, sampled with key(`config.seed`)), rolled out by `engine`
+    (whose sampling config should carry `config.temperature`)."""
+    batch = sample_independent(engine, params, jax.random.key(config.seed),
+                               eval_seeds(config.num_tasks), config.samples_per_task)
+    return metrics(summaries_from_batch(batch), config.samples_per_task)

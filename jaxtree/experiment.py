@@ -1,105 +1,251 @@
-"""The experiment config every launch job reads, with its defaults.
+"""The experiment config: its sections, the typed experiment every job reads, recipes, old names.
 
-Config files in `configs/` call `base_config(...)` and override what their experiment changes, so
-every job sees the same sections:
+A config file in `configs/` builds an `ml_collections.ConfigDict` with `base_config(...)` (every
+section, at its defaults) and overrides what its experiment changes; RL experiments apply a recipe
+with `rl_config(config, "grpo" | "dapo" | "drgrpo")`. Every launch job turns the whole config into
+a typed, validated `Experiment` with `Experiment.from_config(config)`: each section is read by the
+module that owns it (one frozen dataclass per section, `jaxtree.config.Section`), so an unknown
+field or a bad value fails at launch with one line naming `section.field`.
 
-  env      name, options (passed to `environments.make`)
-  model    name (preset, jaxtree checkpoint or Hugging Face directory), dtype ('' = by backend),
-           init_seed (random init of presets)
-  sft      warm start: epsilon (random-action rate of demonstrations), num_episodes, steps,
-           batch_size, learning_rate, warmup_steps, weight_decay, max_grad_norm, seed, log_every
-  rollout  num_slots, context_length, max_action_tokens, max_turns (0 = the environment's),
-           temperature, top_k, top_p
-  eval     num_tasks (held-out seeds), samples_per_task (pass@k), temperature, seed
-  train    RL (added by `rl_config`; every field is listed in `launch/train.py`)
+Sections (owner):
+  env         the environment (this module)
+  model       the starting policy (jaxtree.policy.ModelSpec)
+  sft         the supervised warm start (jaxtree.train.warm_start.WarmStartConfig)
+  rollout     slot engine, sampling, strategy and batch shape (jaxtree.rollout.strategies);
+              rollout.<strategy> holds the strategy's settings, e.g. rollout.latr
+  reward      summed reward terms (jaxtree.rewards); reward.<term> holds a term's settings
+  advantage   the advantage estimator (jaxtree.advantages); advantage.<name> its settings
+  filter      the group filter (jaxtree.advantages.group_filters); filter.<name> its settings
+  loss        clipped surrogate, aggregation, KL, entropy (jaxtree.losses.LossConfig)
+  optim       the optimizer and its schedule (jaxtree.train.update.OptimConfig)
+  train       the RL loop (jaxtree.train.trainer.TrainConfig)
+  eval        held-out evaluation, for launch.evaluate and during training (jaxtree.evaluation)
+  checkpoint  training checkpoints (jaxtree.checkpoints.CheckpointConfig)
+  mesh        the device mesh (jaxtree.parallel.mesh.MeshConfig)
+
+`configs/README.md` holds the generated reference of every field (`reference_markdown`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import os
+from typing import Any, Callable, Mapping
+
 import ml_collections
+from absl import logging
+
+import environments
+from environments.base import TextEnv
+from jaxtree.advantages import AdvantageStage, FilterStage
+from jaxtree.checkpoints import CheckpointConfig
+from jaxtree.config import ConfigError, Section, one_of, option, reference_rows
+from jaxtree.evaluation import EvalConfig
+from jaxtree.losses import LossConfig
+from jaxtree.parallel.mesh import MeshConfig
+from jaxtree.policy import ModelSpec
+from jaxtree.rewards import RewardStage
+from jaxtree.rollout.strategies import RolloutStage
+from jaxtree.train.trainer import TrainConfig
+from jaxtree.train.update import OptimConfig
+from jaxtree.train.warm_start import WarmStartConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec(Section):
+    """Config section `env`: which environment, built with which options."""
+
+    name: str = option("frozen_lake", "a registered environment",
+                       check=one_of(environments.names))
+    options: dict = option({}, "keyword arguments of environments.make(name, ...)")
+
+    def check(self):
+        try:
+            environments.make(self.name, **self.options)
+        except (TypeError, ValueError) as e:
+            raise ConfigError("options", f"{self.options!r} does not build {self.name}: {e}") \
+                from None
+
+    def factory(self) -> Callable[[], TextEnv]:
+        """A zero-argument constructor of the configured environment."""
+        name, options = self.name, dict(self.options)
+        return lambda: environments.make(name, **options)
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "env": EnvSpec, "model": ModelSpec, "sft": WarmStartConfig, "rollout": RolloutStage,
+    "reward": RewardStage, "advantage": AdvantageStage, "filter": FilterStage,
+    "loss": LossConfig, "optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig,
+    "checkpoint": CheckpointConfig, "mesh": MeshConfig,
+}
+
+# Fields of the flat layout before the sections existed -> where they live now.
+MOVED = {
+    "train.strategy": "rollout.strategy", "train.groups_per_step": "rollout.groups_per_step",
+    "train.group_size": "rollout.group_size", "train.advantage": "advantage.name",
+    "train.adv_epsilon": "advantage.grpo.epsilon", "train.gamma": "advantage.grpo_step.gamma",
+    "train.step_reward_valid": "reward.step_validity.valid",
+    "train.step_reward_invalid": "reward.step_validity.invalid",
+    "train.filter": "filter.name", "train.keep_fraction": "filter.top_std.keep_fraction",
+    "train.max_sampling_rounds": "filter.dynamic_sampling.max_rounds",
+    "train.loss_aggregation": "loss.aggregation", "train.norm_constant": "loss.norm_constant",
+    "train.eps_low": "loss.eps_low", "train.eps_high": "loss.eps_high",
+    "train.kl_coef": "loss.kl_coef", "train.entropy_coef": "loss.entropy_coef",
+    "train.learning_rate": "optim.learning_rate", "train.lr_schedule": "optim.schedule",
+    "train.warmup_steps": "optim.warmup_steps", "train.weight_decay": "optim.weight_decay",
+    "train.max_grad_norm": "optim.max_grad_norm", "train.adam_b1": "optim.b1",
+    "train.adam_b2": "optim.b2", "train.mesh": "mesh", "train.eval_every": "eval.every",
+    "train.eval_num_tasks": "eval.num_tasks",
+    "train.eval_samples_per_task": "eval.samples_per_task", "train.save_every": "checkpoint.every",
+    "train.keep_checkpoints": "checkpoint.keep",
+    "train.algorithm": "a recipe: jaxtree.experiment.rl_config(config, 'grpo' | 'dapo' | "
+                       "'drgrpo')",
+    "rollout.temperature": "rollout.sampling.temperature", "rollout.top_k": "rollout.sampling.top_k",
+    "rollout.top_p": "rollout.sampling.top_p", "latr": "rollout.latr",
+    "latr.gamma": "rollout.latr.eta_decay",
+    **{f"latr.{f}": f"rollout.latr.{f}" for f in ("tau_abs", "tau_rel", "tau_ed", "windows",
+                                                   "completion", "eta0", "eta_schedule")},
+}
+
+
+def moved_message(path: str) -> str | None:
+    """Where a field of the old flat layout went ('moved to config.loss.kl_coef'); None if
+    `path` is not one."""
+    if path not in MOVED:
+        return None
+    new = MOVED[path]
+    return f"gone: use {new}" if new.startswith("a recipe") else f"moved to config.{new}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """Every section of an experiment config, typed and validated."""
+
+    env: EnvSpec
+    model: ModelSpec
+    sft: WarmStartConfig
+    rollout: RolloutStage
+    reward: RewardStage
+    advantage: AdvantageStage
+    filter: FilterStage
+    loss: LossConfig
+    optim: OptimConfig
+    train: TrainConfig
+    eval: EvalConfig
+    checkpoint: CheckpointConfig
+    mesh: MeshConfig
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Experiment":
+        """Reads every section of `config` (a ConfigDict or dict; absent sections take their
+        defaults). Raises ConfigError naming the first invalid or unknown field; a field of the
+        old flat layout is named with its new place."""
+        values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        for name in values:
+            if name not in SECTIONS:
+                raise ConfigError(name, moved_message(name) or
+                                  f"unknown section; sections are {', '.join(SECTIONS)}")
+        typed = {}
+        for name, section in SECTIONS.items():
+            try:
+                typed[name] = section.from_config(values.get(name), name)
+            except ConfigError as e:
+                moved = moved_message(e.path)
+                if moved and e.message.startswith("unknown field"):
+                    raise ConfigError(e.path, moved) from None
+                raise
+        return cls(**typed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name).to_dict() for name in SECTIONS}
+
+
+# ----------------------------------------------------------------------------- config files
+
+def set_path(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
+    """config.<path> = value for a dotted path ('loss.kl_coef'); subsections are created."""
+    *sections, field = path.split(".")
+    node = config
+    for name in sections:
+        if name not in node:
+            node[name] = ml_collections.ConfigDict()
+        node = node[name]
+    node[field] = value
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every section at its defaults."""
+    return ml_collections.ConfigDict({name: section.defaults()
+                                      for name, section in SECTIONS.items()})
 
 
 def base_config(env: str, env_options: dict, *, context_length: int, max_action_tokens: int,
                 epsilon: float) -> ml_collections.ConfigDict:
-    """Defaults for the tiny byte-level model on one environment (compact prompts)."""
-    config = ml_collections.ConfigDict()
-    config.env = ml_collections.ConfigDict(dict(name=env, options=dict(env_options)))
-    config.model = ml_collections.ConfigDict(dict(name="tiny", dtype="", init_seed=0))
-    config.sft = ml_collections.ConfigDict(dict(
-        epsilon=epsilon, num_episodes=2048, steps=150, batch_size=16, learning_rate=3e-3,
-        warmup_steps=15, weight_decay=0.0, max_grad_norm=1.0, seed=0, log_every=10))
-    config.rollout = ml_collections.ConfigDict(dict(
-        num_slots=64, context_length=context_length, max_action_tokens=max_action_tokens,
-        max_turns=0, temperature=1.0, top_k=0, top_p=1.0))
-    config.eval = ml_collections.ConfigDict(dict(
-        num_tasks=200, samples_per_task=4, temperature=1.0, seed=0))
+    """Defaults for the tiny byte-level model on one environment (compact prompts): every
+    section, with the environment, the context and action budgets and the warm start's noise."""
+    config = default_config()
+    config.env.name = env
+    config.env.options = dict(env_options)
+    config.rollout.context_length = context_length
+    config.rollout.max_action_tokens = max_action_tokens
+    config.sft.epsilon = epsilon
     return config
 
 
-# Settings that define the two RL recipes; everything else in `config.train` is shared.
-ALGORITHMS = {
+# RL recipes: the settings that define an algorithm (dotted config paths).
+RECIPES: dict[str, dict[str, Any]] = {
     # GRPO (PATR Eq. 1-2, LATR Eq. 2): group mean/std advantages, sequence-mean-token-mean loss,
     # symmetric clip, a small KL penalty to the reference policy.
-    "grpo": dict(advantage="grpo", loss_aggregation="seq-mean-token-mean", eps_low=0.2,
-                 eps_high=0.2, kl_coef=0.001, filter="none"),
+    "grpo": {"advantage.name": "grpo", "loss.aggregation": "seq-mean-token-mean",
+             "loss.eps_low": 0.2, "loss.eps_high": 0.2, "loss.kl_coef": 0.001,
+             "filter.name": "none"},
     # DAPO (LATR Eq. 4): token-mean loss, clip-higher, no KL term, dynamic sampling.
-    "dapo": dict(advantage="grpo", loss_aggregation="token-mean", eps_low=0.2, eps_high=0.28,
-                 kl_coef=0.0, filter="dynamic_sampling"),
+    "dapo": {"advantage.name": "grpo", "loss.aggregation": "token-mean", "loss.eps_low": 0.2,
+             "loss.eps_high": 0.28, "loss.kl_coef": 0.0, "filter.name": "dynamic_sampling"},
+    # Dr.GRPO (Liu et al., 2025): GRPO without the std division of the advantage and without
+    # the per-response length normalisation (a constant instead); clip and KL as GRPO's.
+    "drgrpo": {"advantage.name": "drgrpo", "loss.aggregation": "seq-sum", "loss.eps_low": 0.2,
+               "loss.eps_high": 0.2, "loss.kl_coef": 0.001, "filter.name": "none"},
 }
 
+# RL experiments evaluate on 100 held-out tasks x 2 samples every 10 steps.
+RL_EVAL = {"eval.num_tasks": 100, "eval.samples_per_task": 2}
 
-def rl_config(config: ml_collections.ConfigDict, algorithm: str,
-              **overrides) -> ml_collections.ConfigDict:
-    """Adds the `train` section (RL) to a `base_config`; see `launch.train` for every field.
+
+def rl_config(config: ml_collections.ConfigDict, recipe: str,
+              overrides: Mapping[str, Any] | None = None,
+              **old_train_fields) -> ml_collections.ConfigDict:
+    """Applies an RL recipe (RECIPES) and then `overrides` ({dotted path: value}) to a config.
+
+    Keyword arguments name fields of the old flat `train` section (`strategy='latr'`); they
+    keep working, moved to their new place with a warning.
 
     The papers train multi-billion-parameter models with learning rates ~1e-6 and 256-trajectory
     batches; the tiny model learns with a larger rate and smaller batches, which is what the
-    defaults here are tuned for.
+    defaults are tuned for.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r}: expected one of {sorted(ALGORITHMS)}")
-    train = dict(
-        algorithm=algorithm,
-        init="sft",                 # 'sft': warm start into <workdir>/sft first; 'model': model.name
-        strategy="independent",     # independent | latr (single-turn tasks; see config.latr)
-        steps=60, groups_per_step=8, group_size=8,
-        advantage="grpo",           # grpo | drgrpo | rloo | step_reward
-        adv_epsilon=1e-6,
-        gamma=1.0, step_reward_valid=0.005, step_reward_invalid=0.005,   # step_reward only
-        filter="none",              # none | dynamic_sampling | top_std
-        keep_fraction=0.25,         # top_std only
-        max_sampling_rounds=3,      # dynamic_sampling: rollout rounds to refill the batch
-        loss_aggregation="seq-mean-token-mean", norm_constant=0.0,  # 0: turns x action tokens
-        eps_low=0.2, eps_high=0.2, kl_coef=0.0, entropy_coef=0.0,
-        learning_rate=5e-4, lr_schedule="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, adam_b1=0.9, adam_b2=0.999,
-        epochs=1, num_minibatches=1, micro_batch_size=16,
-        mesh=dict(data=-1, fsdp=1, tensor=1),
-        eval_every=10, eval_num_tasks=100, eval_samples_per_task=2,
-        save_every=10, keep_checkpoints=3, seed=0, tensorboard=True,
-    )
-    train.update(ALGORITHMS[algorithm])
-    unknown = set(overrides) - set(train)
-    if unknown:
-        raise ValueError(f"unknown train fields {sorted(unknown)}")
-    train.update(overrides)
-    config.train = ml_collections.ConfigDict(train)
-    # LATR rollouts (train.strategy = 'latr'); defaults: LATR App. B.3
-    config.latr = ml_collections.ConfigDict(dict(
-        tau_abs=0.25, tau_rel=0.15, tau_ed=0.4, windows=(20, 30, 50),
-        completion="fresh",             # fresh | restart | duplicate (jaxtree.sampling.latr)
-        eta0=1.0, gamma=0.985,          # η = η0·γ^step (Eq. 10; γ = 0.985 for Countdown)
-        eta_schedule=(),                # or ((from_step, η), ...), piecewise constant
-    ))
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe={recipe!r}: expected one of {sorted(RECIPES)}")
+    settings = {**RL_EVAL, **RECIPES[recipe]}
+    for name, value in old_train_fields.items():
+        path = f"train.{name}"
+        if path in MOVED and not MOVED[path].startswith("a recipe"):
+            logging.warning("rl_config(%s=...): config.%s %s", name, path, moved_message(path))
+            path = MOVED[path]
+        elif name not in SECTIONS["train"].defaults():
+            raise ValueError(f"rl_config: unknown field {name!r}; pass new fields as "
+                             "overrides={'section.field': value}")
+        settings[path] = value
+    settings.update(overrides or {})
+    for path, value in settings.items():
+        set_path(config, path, value)
     return config
 
 
 def sibling_config(config_file: str, name: str) -> ml_collections.ConfigDict:
     """`get_config()` of configs/<name>.py next to `config_file`, so an experiment can extend
     another one (e.g. RL on top of its warm-start config) wherever the configs directory lives."""
-    import importlib.util
-    import os
-
     path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_jaxtree_config_{name}", path)
     if spec is None or not os.path.exists(path):
@@ -107,3 +253,27 @@ def sibling_config(config_file: str, name: str) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config()
+
+
+# ----------------------------------------------------------------------------- reference
+
+REFERENCE_BEGIN = "<!-- config reference: generated by `python -m launch.config_reference`; " \
+                  "do not edit by hand -->"
+REFERENCE_END = "<!-- end of the config reference -->"
+
+
+def reference_markdown() -> str:
+    """The config reference: one table per section (field, type, default, meaning), the
+    settings of every registered part included."""
+    out = [REFERENCE_BEGIN, ""]
+    for name, section in SECTIONS.items():
+        doc = (section.__doc__ or "").strip().splitlines()[0]
+        out += [f"### `{name}`", "", doc, "", "| field | type | default | allowed | meaning |",
+                "|---|---|---|---|---|"]
+        for path, type_name, default, allowed, meaning in reference_rows(section, name):
+            cell = lambda text: str(text).replace("|", "\\|")
+            out.append(f"| `{path}` | `{cell(type_name)}` | `{cell(default)}` | {cell(allowed)} "
+                       f"| {cell(meaning)} |")
+        out.append("")
+    out.append(REFERENCE_END)
+    return "\n".join(out) + "\n"

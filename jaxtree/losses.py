@@ -35,12 +35,33 @@ which is non-negative and unbiased, and an optional entropy bonus H (entropy of 
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import jax
 import jax.numpy as jnp
 
+from jaxtree.config import Section, between, non_negative, one_of, option
+
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig(Section):
+    """Config section `loss`: the clipped surrogate and its regularisers. Hashable (a static
+    argument of the jitted update step)."""
+
+    aggregation: str = option("seq-mean-token-mean", "how token losses are averaged: GRPO "
+                              "(seq-mean-token-mean), DAPO (token-mean), Dr.GRPO (seq-sum)",
+                              check=one_of(AGGREGATIONS))
+    norm_constant: float = option(0.0, "seq-sum's constant C (0: max turns x max action tokens)",
+                                  check=non_negative())
+    eps_low: float = option(0.2, "lower clip range ε_low", check=between(0, 1, high_open=True))
+    eps_high: float = option(0.2, "upper clip range ε_high (clip-higher when > eps_low)",
+                             check=non_negative())
+    kl_coef: float = option(0.0, "β of the k3 KL penalty to the frozen initial policy",
+                            check=non_negative())
+    entropy_coef: float = option(0.0, "coefficient of the entropy bonus", check=non_negative())
 
 
 def aggregation_weights(mask, mode: str, norm_constant: float | None = None) -> jax.Array:

@@ -1,4 +1,5 @@
-"""Resolving a `--model` / `--checkpoint` argument into (config, params, tokenizer)."""
+"""Resolving a `--model` / `--checkpoint` argument or the `model` config section into a policy
+(architecture, params, tokenizer)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import os
 import jax
 
 from jaxtree import models
+from jaxtree.config import ConfigError, Section, one_of, option
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
-from jaxtree.train.checkpoints import is_policy_checkpoint, load_policy_checkpoint
+from jaxtree.checkpoints import is_policy_checkpoint, load_policy_checkpoint
 
 
 @dataclasses.dataclass
@@ -20,6 +22,32 @@ class Policy:
     tokenizer: Tokenizer
     source: str  # 'random init (preset NAME, seed S)' or the checkpoint directory
     tokenizer_spec: str = "byte"  # 'byte' or the tokenizer directory (recorded in checkpoints)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec(Section):
+    """Config section `model`: the policy training or evaluation starts from."""
+
+    name: str = option("tiny", "a preset (random init), a jaxtree checkpoint or a Hugging Face "
+                       "checkpoint directory")
+    dtype: str = option("", "computation dtype ('' = float32 on CPU, bfloat16 on accelerators)",
+                        check=one_of(("", "float32", "bfloat16")))
+    init_seed: int = option(0, "seed of a preset's random initialisation")
+
+    def check(self):
+        if not self.name:
+            raise ConfigError("name", "'' must name a preset or a checkpoint directory")
+
+    def load(self, spec: str | None = None) -> "Policy":
+        """The policy `name` names, or `spec` (e.g. a warm-start checkpoint) in its place with
+        this section's dtype. A `name` that names nothing is a ConfigError naming `model.name`;
+        errors of an explicit `spec` propagate as they are."""
+        if spec is not None:
+            return load_policy(spec, dtype=self.dtype or None, seed=self.init_seed)
+        try:
+            return load_policy(self.name, dtype=self.dtype or None, seed=self.init_seed)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError("model.name", f"{self.name!r}: {e}") from e
 
 
 def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:

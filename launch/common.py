@@ -1,76 +1,54 @@
-"""Building blocks the launch jobs share: configs to environments, rollouts and policies."""
+"""What the launch jobs share: config flags, typed experiments, and one-line user errors."""
 
 from __future__ import annotations
 
-import os
-from typing import Callable
+import re
+import sys
 
-import ml_collections
+from jaxtree.config import ConfigError
+from jaxtree.experiment import Experiment, moved_message
 
-import environments
-from environments.base import TextEnv
-from jaxtree.policy import Policy, load_policy
-from jaxtree.rollout.engine import RolloutConfig
-from jaxtree.sampling.logits_processing import SamplingConfig
-
-
-class ConfigError(ValueError):
-    """An invalid config value; the message names the field."""
+# Exit status of a job stopped by a user error (a bad flag, config value or path): absl's, for
+# usage errors.
+USAGE_ERROR = 2
 
 
-def require(condition: bool, field: str, message: str) -> None:
-    if not condition:
-        raise ConfigError(f"config.{field}: {message}")
+def experiment(config) -> Experiment:
+    """The typed, validated experiment of a `--config` (ConfigError names the bad field)."""
+    return Experiment.from_config(config)
 
 
-def env_factory(config: ml_collections.ConfigDict) -> Callable[[], TextEnv]:
-    """A zero-argument constructor of the configured environment (validated once, now)."""
-    name = config.env.name
-    require(name in environments.names(), "env.name",
-            f"unknown environment {name!r}; expected one of {environments.names()}")
-    options = dict(config.env.get("options", {}))
-    try:
-        environments.make(name, **options)
-    except ValueError as e:
-        raise ConfigError(f"config.env.options: {e}") from e
-    return lambda: environments.make(name, **options)
+def fail(message: str) -> None:
+    """Ends the job with a one-line message on stderr and exit status 2 (no traceback)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(USAGE_ERROR)
 
 
-def rollout_config(config: ml_collections.ConfigDict, temperature: float | None = None,
-                   record_verifier: bool = False) -> RolloutConfig:
-    r = config.rollout
-    try:
-        sampling = SamplingConfig(r.temperature if temperature is None else temperature,
-                                  r.top_k, r.top_p)
-        return RolloutConfig(num_slots=r.num_slots, context_length=r.context_length,
-                             max_action_tokens=r.max_action_tokens,
-                             max_turns=r.get("max_turns") or None, sampling=sampling,
-                             record_verifier=record_verifier)
-    except ValueError as e:
-        raise ConfigError(f"config.rollout: {e}") from e
-
-
-def policy_from_config(config: ml_collections.ConfigDict, spec: str | None = None) -> Policy:
-    """The configured model (config.model.name: a preset, a jaxtree or HF checkpoint), or `spec`."""
-    spec = spec or config.model.name
-    require(bool(spec), "model.name", "must name a preset or a checkpoint directory")
-    try:
-        return load_policy(spec, dtype=config.model.get("dtype") or None,
-                           seed=config.model.get("init_seed", 0))
-    except FileNotFoundError as e:
-        raise ConfigError(f"config.model.name={spec!r}: {e}") from e
-
-
-def workdir_path(workdir: str, *parts: str) -> str:
-    os.makedirs(workdir, exist_ok=True)
-    return os.path.join(workdir, *parts)
+def _override_error(argv: list[str], message: str) -> str:
+    """The message of a failed flag parse, made specific: a `--config.x.y` override of the old
+    flat layout is named with its new place, an unknown field by its config path."""
+    paths = [arg[len("--config."):].split("=", 1)[0] for arg in argv
+             if arg.startswith("--config.")]
+    for path in paths:
+        parts = path.split(".")
+        for end in range(len(parts), 0, -1):
+            moved = moved_message(".".join(parts[:end]))
+            if moved:
+                return f"config.{'.'.join(parts[:end])} {moved}"
+    quoted = re.match(r"^\W*(\w+)\W*(.*)$", message)
+    if quoted:
+        key, rest = quoted.groups()
+        unknown = [path for path in paths if f".{key}." in f".{path}."]
+        if unknown:
+            return f"config.{unknown[0]}: unknown field" + (f" ({rest})" if rest else "")
+    return f"invalid command-line flag or config override: {message}"
 
 
 def run_app(main) -> None:
-    """`absl.app.run(main)`, but a bad `--config.x.y=...` override (an unknown field, a value of
-    the wrong type) exits with a one-line message naming it instead of a traceback."""
-    import sys
-
+    """`absl.app.run(main)` where every user error ends the job with one line and exit status
+    2: a bad `--config.x.y=...` override (unknown field, wrong type; fields of the old flat
+    layout are named with their new place), an invalid config value (ConfigError), or a
+    missing / corrupt checkpoint or file (FileNotFoundError)."""
     from absl import app, flags
 
     def parse(argv):
@@ -78,6 +56,14 @@ def run_app(main) -> None:
             return flags.FLAGS(argv)
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
             message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
-            sys.exit(f"invalid command-line flag or config override: {message}")
+            fail(_override_error(argv, message))
 
-    app.run(main, flags_parser=parse)
+    def guarded(argv):
+        try:
+            return main(argv)
+        except ConfigError as e:
+            fail(str(e))
+        except FileNotFoundError as e:
+            fail(str(e))
+
+    app.run(guarded, flags_parser=parse)

@@ -4,27 +4,27 @@
 
 --checkpoint is a jaxtree workdir / checkpoint, a Hugging Face directory or a preset (default:
 config.model.name). Tasks are the fixed held-out seeds (`jaxtree.tasks.eval_seeds`), disjoint from
-every training seed; each is played `eval.samples_per_task` times. Prints a table and writes JSON
+every training seed; each is played `eval.samples_per_task` times (config section `eval`, the same
+evaluation the RL job runs during training). Prints a table and writes JSON
 (--output, default <checkpoint>/eval.json for a checkpoint directory, else ./eval.json).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 
-import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from jaxtree import evaluation
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.independent import sample_independent
+from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
-from launch.benchmarks.common import print_table
-from launch.common import (ConfigError, env_factory, policy_from_config, require, rollout_config,
-                           run_app)
+from jaxtree.utils import print_table
+from launch.common import experiment, fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -34,20 +34,20 @@ _OUTPUT = flags.DEFINE_string("output", None, "JSON output path.")
 
 
 def run(config, checkpoint: str | None, output: str | None) -> dict:
-    e = config.eval
-    require(e.num_tasks > 0, "eval.num_tasks", f"{e.num_tasks} must be positive")
-    require(e.samples_per_task > 0, "eval.samples_per_task", "must be positive")
-    make_env = env_factory(config)
-    policy = policy_from_config(config, checkpoint)
-    tasks = eval_seeds(e.num_tasks)
+    exp = experiment(config)
+    e = exp.eval
+    make_env = exp.env.factory()
+    policy = exp.model.load(checkpoint)
     k = e.samples_per_task
 
     start = time.perf_counter()
-    engine = SlotEngine(policy.config, policy.tokenizer, make_env,
-                        rollout_config(config, temperature=e.temperature))
-    batch = sample_independent(engine, policy.params, jax.random.key(e.seed), tasks, k)
-    rows = {"policy": evaluation.metrics(evaluation.summaries_from_batch(batch), k)}
+    engine_config = exp.rollout.engine()
+    engine = SlotEngine(policy.config, policy.tokenizer, make_env, dataclasses.replace(
+        engine_config, sampling=SamplingConfig(e.temperature, engine_config.sampling.top_k,
+                                               engine_config.sampling.top_p)))
+    rows = {"policy": evaluation.evaluate(engine, policy.params, e)}
     seconds = time.perf_counter() - start
+    tasks = eval_seeds(e.num_tasks)
     for reference in ("oracle", "random"):
         rows[reference] = evaluation.metrics(
             evaluation.play_reference(make_env, tasks, reference, k, seed=e.seed), k)
@@ -55,11 +55,11 @@ def run(config, checkpoint: str | None, output: str | None) -> dict:
     columns = list(rows["policy"])
     for name in ("oracle", "random"):
         columns += [c for c in rows[name] if c not in columns]
-    print(f"evaluation of {policy.source} on {config.env.name}: {e.num_tasks} held-out tasks x "
+    print(f"evaluation of {policy.source} on {exp.env.name}: {e.num_tasks} held-out tasks x "
           f"{k} samples, temperature {e.temperature} ({seconds:.0f}s)")
     print_table(["policy"] + columns,
                 [[name] + [_fmt(row.get(c)) for c in columns] for name, row in rows.items()])
-    result = {"checkpoint": policy.source, "env": config.env.to_dict(), "eval": e.to_dict(),
+    result = {"checkpoint": policy.source, "env": exp.env.to_dict(), "eval": e.to_dict(),
               "seconds": seconds, "rows": rows}
     if output is None:
         base = checkpoint if checkpoint and os.path.isdir(checkpoint) else "."
@@ -78,11 +78,8 @@ def _fmt(value) -> str:
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    try:
-        run(_CONFIG.value, _CHECKPOINT.value, _OUTPUT.value)
-    except (ConfigError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        fail(f"unexpected arguments: {argv[1:]}")
+    run(_CONFIG.value, _CHECKPOINT.value, _OUTPUT.value)
 
 
 if __name__ == "__main__":

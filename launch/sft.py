@@ -4,31 +4,36 @@
 
 Builds `sft.num_episodes` demonstrations from training seeds, trains with masked cross-entropy on
 the action tokens (AdamW, warm-up + cosine), logs metrics to <workdir>/sft_metrics.jsonl and saves
-an orbax checkpoint (params + metadata) under <workdir>/checkpoints/<steps>.
+an orbax checkpoint (params + metadata) under <workdir>/checkpoints/<steps>
+(`jaxtree.train.warm_start`).
 """
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from launch.common import ConfigError, run_app
-from launch.warm_start import run
+from jaxtree.train.warm_start import warm_start
+from launch.common import experiment, fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics).")
 
 
+def run(config, workdir: str) -> str:
+    """Trains and checkpoints; returns the checkpoint directory."""
+    exp = experiment(config)
+    return warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
+                      workdir, {"job": "sft", "config": config.to_dict()})
+
+
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        fail(f"unexpected arguments: {argv[1:]}")
     if _WORKDIR.value is None:
-        raise app.UsageError("--workdir is required")
-    try:
-        run(_CONFIG.value, _WORKDIR.value)
-    except ConfigError as e:
-        raise app.UsageError(str(e)) from e
+        fail("--workdir is required")
+    run(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

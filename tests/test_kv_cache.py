@@ -72,3 +72,17 @@ def test_extend_cache_updates_in_place():
                                        jnp.asarray([3, 1], jnp.int32))
     assert old_keys.is_deleted()
     np.testing.assert_array_equal(np.asarray(new_cache.lengths), [3, 1])
+
+
+def test_copy_tree_rows_moves_rows_of_every_leaf_and_drops_out_of_range_destinations():
+    """The one row-copy primitive, on a pytree of row-major arrays of different ranks and dtypes:
+    all reads before any write (a swap), and a destination >= the row count is a no-op."""
+    from jaxtree.models.kv_cache import copy_tree_rows
+    rng = np.random.default_rng(2)
+    tree = {"a": rng.normal(size=(5, 3, 2)).astype(np.float32),
+            "b": (np.arange(5, dtype=np.int32), rng.integers(0, 9, size=(5, 4)).astype(np.int32))}
+    src, dst = np.array([0, 1, 4, 2]), np.array([1, 0, 3, 5])  # swap 0 and 1, 4 -> 3, a no-op
+    got = jax.device_get(copy_tree_rows(jax.tree_util.tree_map(jnp.asarray, tree),
+                                        jnp.asarray(src), jnp.asarray(dst)))
+    order = np.array([1, 0, 2, 4, 4])  # row r of the result is row order[r] of the input
+    jax.tree_util.tree_map(lambda x, y: np.testing.assert_array_equal(y, x[order]), tree, got)

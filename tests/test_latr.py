@@ -39,12 +39,12 @@ def _prompts(groups, seed, width=6):
     return tokens, lengths
 
 
-def _run(config, params, latr, prompts, lengths, n, k_tree=None, seed=0,
+def _run(config, params, latr, k, prompts, lengths, n, k_tree=None, seed=0,
          sampling=SamplingConfig(temperature=1.0)):
     groups = prompts.shape[0]
     return jax.device_get(latr_generate_jit(
-        config, latr, sampling, n, 256, params, jnp.asarray(prompts), jnp.asarray(lengths),
-        jnp.arange(groups, dtype=jnp.int32), jnp.int32(latr.k if k_tree is None else k_tree),
+        config, latr, sampling, k, n, 256, params, jnp.asarray(prompts), jnp.asarray(lengths),
+        jnp.arange(groups, dtype=jnp.int32), jnp.int32(k if k_tree is None else k_tree),
         jax.random.key(seed), jnp.asarray([EOS], jnp.int32)))
 
 
@@ -77,9 +77,9 @@ SETTINGS = [
 def test_tree_phase_equals_plain_python_algorithm_1(peaky, setting, seed):
     config, params = peaky
     k, tau_abs, tau_rel, tau_ed, windows, n = setting
-    latr = LatrConfig(k=k, tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
     prompts, lengths = _prompts(3, seed)
-    out = _run(config, params, latr, prompts, lengths, n, seed=seed)
+    out = _run(config, params, latr, k, prompts, lengths, n, seed=seed)
     total_branches = total_prunes = 0
     for g in range(3):
         prompt = prompts[g, :lengths[g]].tolist()
@@ -112,9 +112,9 @@ def test_settings_exercise_branching_and_pruning(peaky):
     config, params = peaky
     branches = prunes = 0
     for k, tau_abs, tau_rel, tau_ed, windows, n in SETTINGS:
-        latr = LatrConfig(k=k, tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+        latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
         for seed in (0, 1):
-            out = _run(config, params, latr, *_prompts(3, seed), n, seed=seed)
+            out = _run(config, params, latr, k, *_prompts(3, seed), n, seed=seed)
             branches += int(out.num_branches.sum())
             prunes += int(out.num_prunes.sum())
     assert branches >= 5 and prunes >= 2
@@ -125,11 +125,12 @@ def test_every_group_returns_exactly_k_sequences(peaky, completion):
     config, params = peaky
     # τ_ed = 1 prunes every branch whose window is not entirely different from its parent's,
     # and branching is rare at these thresholds: groups end short of k and get completed
-    latr = LatrConfig(k=6, tau_abs=0.2, tau_rel=0.3, tau_ed=1.0, windows=(2, 4),
+    k = 6
+    latr = LatrConfig(tau_abs=0.2, tau_rel=0.3, tau_ed=1.0, windows=(2, 4),
                       completion=completion)
     prompts, lengths = _prompts(4, 5)
     n = 16
-    out = _run(config, params, latr, prompts, lengths, n)
+    out = _run(config, params, latr, k, prompts, lengths, n)
     assert out.tokens.shape == (4, 6, n)
     assert np.all(out.lengths >= 1)
     np.testing.assert_array_equal(out.mask, np.arange(n)[None, None] < out.lengths[..., None])
@@ -156,7 +157,7 @@ def test_every_group_returns_exactly_k_sequences(peaky, completion):
         assert np.any(out.fork_position >= 0)        # the setting really forks freed slots
     if completion != "restart":
         # within plain sampling's budget: at most n - 1 fed tokens per slot
-        assert np.all(out.forwards <= latr.k * (n - 1))
+        assert np.all(out.forwards <= k * (n - 1))
     # each sequence ends at EOS or at n
     for g in range(4):
         for j in range(6):
@@ -169,11 +170,11 @@ def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky):
     """Every returned token's log-prob (tree, branch, stochastic, fresh and forked) equals a
     teacher-forced full forward at temperature 1."""
     config, params = peaky
-    latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    latr = LatrConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
     forks = 0
     for seed in (7, 9):
         prompts, lengths = _prompts(2, seed)
-        out = _run(config, params, latr, prompts, lengths, 12, k_tree=3,
+        out = _run(config, params, latr, 4, prompts, lengths, 12, k_tree=3,
                    sampling=SamplingConfig(temperature=0.8, top_p=0.9))
         assert np.all(out.origin[:, 3] == PLAIN)
         forks += int((out.fork_position >= 0).sum())
@@ -217,10 +218,10 @@ def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
     """In the kernel's own runs: after a prune at step l, no alive slot descends from the pruned
     slot, and children of pruned slots never reach the output."""
     config, params = peaky
-    latr = LatrConfig(k=6, tau_abs=0.1, tau_rel=0.6, tau_ed=0.5, windows=(3, 6))
+    latr = LatrConfig(tau_abs=0.1, tau_rel=0.6, tau_ed=0.5, windows=(3, 6))
     found = False
     for seed in range(4):
-        out = _run(config, params, latr, *_prompts(3, seed), 20, seed=seed)
+        out = _run(config, params, latr, 6, *_prompts(3, seed), 20, seed=seed)
         for g in range(3):
             nb = int(out.num_branches[g])
             births = {(int(s), int(sl)): int(p) for s, p, sl in zip(
@@ -238,11 +239,57 @@ def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
 
 def test_hybrid_zero_tree_slots_is_plain_sampling(peaky):
     config, params = peaky
-    latr = LatrConfig(k=4)
+    latr = LatrConfig()
     prompts, lengths = _prompts(2, 3)
-    out = _run(config, params, latr, prompts, lengths, 10, k_tree=0)
+    out = _run(config, params, latr, 4, prompts, lengths, 10, k_tree=0)
     assert np.all(out.origin == PLAIN) and np.all(out.num_branches == 0)
     assert np.all(out.tree_end_step == 0)
+
+
+def test_hybrid_zero_tree_slots_equals_the_samplers_decode(peaky):
+    """With no tree slots the kernel is the sampler's decode loop on the kernel's row keys
+    (fold_in(fold_in(rng, group), slot)): the same tokens, the same log-probs."""
+    from jaxtree.models.kv_cache import init_cache
+    from jaxtree.sampling import randomness
+    from jaxtree.sampling.sampler import decode_jit
+    config, params = peaky
+    k, n, groups = 3, 12, 2
+    sampling = SamplingConfig(temperature=0.9, top_p=0.95)
+    prompts, lengths = _prompts(groups, 4)
+    out = _run(config, params, LatrConfig(), k, prompts, lengths, n, k_tree=0, seed=2,
+               sampling=sampling)
+    rows = np.repeat(prompts, k, axis=0)
+    keys = randomness.row_keys(jax.random.key(2), jnp.repeat(jnp.arange(groups), k),
+                               jnp.tile(jnp.arange(k), groups))
+    logits, cache = models.extend_cache(config, params, init_cache(config, groups * k, 6 + n),
+                                        jnp.asarray(rows), jnp.asarray(np.repeat(lengths, k)),
+                                        last_only=True)
+    _, ref = jax.device_get(decode_jit(
+        config, sampling, n, 256, params, cache, logits, keys,
+        jnp.full((groups * k,), n, jnp.int32), jnp.full((groups * k, 1, 1), -1, jnp.int32),
+        jnp.asarray([EOS], jnp.int32)))
+    np.testing.assert_array_equal(out.lengths.reshape(-1), ref.num_generated)
+    np.testing.assert_array_equal(out.tokens.reshape(groups * k, n), ref.tokens)
+    np.testing.assert_allclose(out.logprobs.reshape(groups * k, n), ref.policy_logprobs,
+                               atol=1e-5)
+    # a plain row feeds every token but its last
+    np.testing.assert_array_equal(out.forwards,
+                                  (ref.num_generated - 1).reshape(groups, k).sum(axis=1))
+
+
+def test_config_is_a_validated_hashable_section():
+    from jaxtree.config import ConfigError
+    latr = LatrConfig.from_config({"tau_ed": 1, "windows": [4, 2]}, "latr")
+    assert latr.tau_ed == 1.0 and latr.windows == (4, 2) and latr.max_window == 4
+    assert hash(latr) == hash(LatrConfig(tau_ed=1.0, windows=(4, 2)))
+    for bad, field in [(dict(tau_abs=1.5), "tau_abs"), (dict(tau_rel=-0.1), "tau_rel"),
+                       (dict(tau_ed=2), "tau_ed"), (dict(windows=()), "windows"),
+                       (dict(windows=(3, 0)), "windows"), (dict(completion="copy"), "completion"),
+                       (dict(max_events=0), "max_events"), (dict(k=4), "k")]:
+        with pytest.raises(ConfigError, match=rf"latr\.{field}"):
+            LatrConfig.from_config(bad, "latr")
+    with pytest.raises(ValueError, match="k=0"):
+        _run(*peaky_model(), LatrConfig(), 0, *_prompts(1, 0), 4)
 
 
 _SHARDED = textwrap.dedent("""
@@ -254,17 +301,18 @@ _SHARDED = textwrap.dedent("""
     from jaxtree import models
     from jaxtree.sampling.latr import LatrConfig, latr_generate_jit, latr_generate_sharded
     from jaxtree.sampling.logits_processing import SamplingConfig
-    from jaxtree.train.mesh import make_mesh
+    from jaxtree.parallel.mesh import make_mesh
     from test_latr import _prompts, peaky_model
     config, params = peaky_model()
-    latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    latr = LatrConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
     prompts, lengths = _prompts(8, 11)
     args = (params, jnp.asarray(prompts), jnp.asarray(lengths), jnp.arange(8, dtype=jnp.int32),
             jnp.int32(3), jax.random.key(5), jnp.asarray([258], jnp.int32))
     sampling = SamplingConfig(temperature=1.0)
-    one = jax.device_get(latr_generate_jit(config, latr, sampling, 12, 256, *args))
+    one = jax.device_get(latr_generate_jit(config, latr, sampling, 4, 12, 256, *args))
     mesh = make_mesh(8, 1, 1)
-    many = jax.device_get(latr_generate_sharded(mesh, config, latr, sampling, 12, 256, *args))
+    many = jax.device_get(latr_generate_sharded(mesh, config, latr, sampling, 4, 12, 256,
+                                                *args))
     for name, a, b in zip(one._fields, one, many):
         if np.issubdtype(np.asarray(a).dtype, np.floating):  # matmuls of another batch size
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)

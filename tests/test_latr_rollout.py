@@ -7,9 +7,10 @@ import pytest
 
 import environments
 from jaxtree import models
-from jaxtree.rollout import conversation
-from jaxtree.rollout.latr_rollout import eta_at, num_tree_slots, sample_latr
-from jaxtree.sampling.latr import FRESH, TREE, LatrConfig
+from jaxtree.rollout import RolloutConfig, conversation
+from jaxtree.rollout.strategies import (STRATEGIES, LatrRolloutConfig, RolloutContext, eta_at,
+                                        num_tree_slots, sample_latr)
+from jaxtree.sampling.latr import FRESH, TREE
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 from test_latr import peaky_model
@@ -32,10 +33,11 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
     config, params = peaky_model()
     tokenizer = ByteTokenizer()
     make_env = lambda: environments.make("countdown", style="compact")  # noqa: E731
-    latr = LatrConfig(k=4, tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    settings = LatrRolloutConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+    context = RolloutContext(config, tokenizer, make_env, RolloutConfig(
+        context_length=64, max_action_tokens=16, sampling=SamplingConfig(temperature=1.0)), 4)
     tasks = [11, 12, 13]
-    batch, stats = sample_latr(config, tokenizer, make_env, params, jax.random.key(0), tasks,
-                               latr, 3, SamplingConfig(temperature=1.0), 16)
+    batch, stats = sample_latr(context, settings, params, jax.random.key(0), tasks, 3)
     assert len(batch) == 12
     assert batch.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert batch.task_ids.tolist() == [t for t in tasks for _ in range(4)]
@@ -54,6 +56,9 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
         _, reward, _, info = env.step(conversation.action_text(tokenizer, action, ended))
         assert batch.outcome_reward[i] == pytest.approx(reward)
         assert batch.success[i] == info["success"]
+        # the verifier label and signatures are recorded as for the slot engine's episodes
+        assert batch.num_turns[i] == 1 and not np.isnan(batch.turn_verified[i, 0])
+        assert batch.state_signatures[i, 0] is not None
         # behaviour log-probs are the policy's (teacher-forced, temperature 1)
         logp = jax.nn.log_softmax(models.forward(config, params, jnp.asarray(tokens[None]))[0],
                                   axis=-1)
@@ -66,6 +71,9 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
             assert batch.group_ids[parent] == batch.group_ids[i]
             assert batch.infos[i]["latr_origin"] == TREE and batch.fork_turns[i] == 0
             assert batch.infos[i]["latr_birth"] >= 0
+            assert batch.depth[i] == batch.depth[parent] + 1
+        else:
+            assert batch.depth[i] == 0
         if batch.infos[i]["latr_origin"] == FRESH:
             # a completion (even one continuing a copy of another sample) is not a tree branch
             assert batch.parent_ids[i] == -1 and batch.infos[i]["latr_birth"] == -1
@@ -74,15 +82,20 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
 
 
 def test_latr_strategy_needs_a_single_turn_environment():
-    from jaxtree.experiment import rl_config, sibling_config
-    from launch import train
-    from launch.common import ConfigError
+    from jaxtree.config import ConfigError
+    from jaxtree.experiment import Experiment, rl_config, sibling_config
+    from jaxtree.rollout.strategies import build_strategy
     from test_trainer import CONFIG_FILE
-    config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo", strategy="latr")
-    with pytest.raises(ConfigError, match=r"train\.strategy"):
-        train.validate(config)
-    config = rl_config(sibling_config(CONFIG_FILE, "countdown_sft"), "grpo", strategy="latr")
-    train.validate(config)
-    config.latr.completion = "copy"
-    with pytest.raises(ConfigError, match=r"latr\.completion"):
-        train.validate(config)
+    config, _ = peaky_model()
+
+    def build(name, **overrides):
+        cfg = rl_config(sibling_config(CONFIG_FILE, name), "grpo",
+                        {"rollout.strategy": "latr", **overrides})
+        exp = Experiment.from_config(cfg)
+        return build_strategy(exp.rollout, config, ByteTokenizer(), exp.env.factory())
+
+    with pytest.raises(ConfigError, match=r"rollout\.strategy: 'latr' branches inside one"):
+        build("frozen_lake_sft")
+    assert isinstance(build("countdown_sft"), STRATEGIES.part("latr").build)
+    with pytest.raises(ConfigError, match=r"rollout\.latr\.completion: 'copy' is not one of"):
+        build("countdown_sft", **{"rollout.latr.completion": "copy"})

@@ -106,14 +106,17 @@ def test_every_environment_config_warm_starts(config, tmp_path):
     """The warm start runs for every environment with an oracle (two steps each, in process)."""
     import importlib.util
 
-    from launch import warm_start as sft
+    from jaxtree.experiment import Experiment
+    from jaxtree.train.warm_start import warm_start
 
     spec = importlib.util.spec_from_file_location(config, f"configs/{config}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.get_config()
     cfg.sft.num_episodes, cfg.sft.steps, cfg.sft.warmup_steps, cfg.sft.batch_size = 8, 2, 1, 4
-    path = sft.run(cfg, str(tmp_path))
+    exp = Experiment.from_config(cfg)
+    path = warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
+                      str(tmp_path), {"job": "sft"})
     assert path.endswith("checkpoints/2")
 
 

@@ -10,7 +10,7 @@ import pytest
 import environments
 from jaxtree import models
 from jaxtree.rollout import RolloutConfig, SlotEngine, sample_independent
-from jaxtree.rollout import conversation
+from jaxtree.rollout import DONE, PRUNED, TRUNCATED, conversation
 from jaxtree.sampling import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 
@@ -136,7 +136,7 @@ def test_fork_continues_from_the_parent_state(tiny):
         assert child.parent_id == parent and child.fork_turn == 2
         assert child.env is not before.env
         assert child.env.render() == before.env.render()
-        assert child.rewards == before.rewards
+        assert child.turns == before.turns and child.depth == before.depth + 1
     engine.run()
     batch = engine.collect()
     rows = {eid: i for i, eid in enumerate(batch.episode_ids)}
@@ -144,7 +144,14 @@ def test_fork_continues_from_the_parent_state(tiny):
     for c in children:
         i = rows[c]
         assert batch.parent_ids[i] == parent and batch.fork_turns[i] == 2
+        assert batch.depth[i] == 1 and batch.depth[p] == 0
         np.testing.assert_array_equal(batch.tokens[i, :prefix], batch.tokens[p, :prefix])
+        # tree nodes: the two turns before the fork are the parent's, later ones the child's own
+        np.testing.assert_array_equal(batch.node_ids[i, :2], batch.node_ids[p, :2])
+        later = batch.node_ids[i, 2:batch.num_turns[i]]
+        assert not set(later.tolist()) & set(batch.node_ids[p].tolist())
+        np.testing.assert_array_equal(batch.parent_nodes[i, 1:batch.num_turns[i]],
+                                      batch.node_ids[i, :batch.num_turns[i] - 1])
         # Continuing from the copied cache gives the logits of a replay from scratch.
         ref = teacher_forced_logprobs(config, params, batch.tokens[i], batch.lengths[i])
         mask = batch.action_mask[i, 1:batch.lengths[i]]
@@ -169,7 +176,7 @@ def test_fork_needs_free_slots_and_a_live_parent(tiny):
         engine.fork(a, 1)
     engine.run()
     batch = engine.collect()
-    assert batch.truncated[list(batch.episode_ids).index(a)]
+    assert batch.end_reason[list(batch.episode_ids).index(a)] == PRUNED
 
 
 def test_context_overflow_ends_the_episode_truncated(tiny):
@@ -177,7 +184,7 @@ def test_context_overflow_ends_the_episode_truncated(tiny):
     engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
         num_slots=4, context_length=128, max_action_tokens=8, sampling=SAMPLING))
     batch = sample_independent(engine, params, jax.random.key(4), task_ids=[0, 1], group_size=2)
-    assert np.all(batch.truncated)
+    assert np.all(batch.truncated) and np.all(batch.context_full)
     assert all(info.get("context_full") for info in batch.infos)
     assert np.all(batch.num_turns < 10) and np.all(batch.lengths <= 128)
     # A prompt longer than the whole context ends before the first action.
@@ -187,17 +194,37 @@ def test_context_overflow_ends_the_episode_truncated(tiny):
     assert batch.num_turns[0] == 0 and batch.truncated[0]
 
 
-def test_verifier_is_recorded_when_asked(tiny):
+def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
+    """Verifier label, process score, signatures and reward of every turn equal what a fresh
+    environment replaying the episode's actions reports."""
     config, params = tiny
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=4, context_length=256, max_action_tokens=4, sampling=SAMPLING,
-        record_verifier=True))
+    make_env = frozen_lake(slippery=True)
+    engine = SlotEngine(config, TOK, make_env, RolloutConfig(
+        num_slots=4, context_length=256, max_action_tokens=4, sampling=SAMPLING))
     batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
+    labelled = 0
     for i in range(len(batch)):
+        env = make_env()
+        env.reset(int(batch.task_ids[i]))
+        tokens, mask = batch.tokens[i], batch.action_mask[i]
+        for t in range(batch.num_turns[i]):
+            action = tokens[mask & (batch.turn_index[i] == t)].tolist()
+            ended = bool(action) and action[-1] == TOK.end_of_turn_id
+            text = conversation.action_text(TOK, action, ended)
+            parsed = env.parse_action(text)
+            assert batch.state_signatures[i, t] == env.state_signature()
+            assert batch.action_signatures[i, t] == env.action_signature(parsed)
+            assert batch.turn_verified[i, t] == float(env.verify(parsed))
+            _, reward, _, info = env.step(text)
+            assert batch.turn_rewards[i, t] == np.float32(reward)
+            assert batch.turn_valid[i, t] == info["valid"]
+            assert batch.turn_process_scores[i, t] == np.float32(env.process_score())
+            labelled += 1
         k = batch.num_turns[i]
-        assert np.all(np.isin(batch.turn_verified[i, :k], [0.0, 1.0]))
-        # An action that did not parse is never oracle-valid.
-        assert np.all(batch.turn_verified[i, :k][~batch.turn_valid[i, :k]] == 0)
+        assert np.all(np.isnan(batch.turn_process_scores[i, k:]))
+        assert all(s is None for s in batch.state_signatures[i, k:])
+        assert batch.end_reason[i] in (DONE, TRUNCATED)
+    assert labelled >= 4
 
 
 def test_rollout_config_validation():

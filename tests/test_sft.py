@@ -17,7 +17,7 @@ from jaxtree.policy import load_policy
 from jaxtree.rollout import RolloutConfig, SlotEngine, conversation, sample_independent
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
-from jaxtree.train import checkpoints
+from jaxtree import checkpoints
 from jaxtree.train.sft import make_optimizer, masked_nll, pad_batch, sft_step
 
 TOK = ByteTokenizer()

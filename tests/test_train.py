@@ -10,8 +10,9 @@ import pytest
 
 from fake_devices import run_script
 from jaxtree import losses
-from jaxtree.train import mesh as mesh_lib
-from jaxtree.train.update import (UpdateConfig, Updater, make_optimizer, make_schedule,
+from jaxtree.parallel import mesh as mesh_lib
+from jaxtree.losses import LossConfig
+from jaxtree.train.update import (Updater, make_optimizer, make_schedule,
                                   update_step)
 
 
@@ -66,12 +67,12 @@ def _state(updater_like_params, optimizer):
 def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
     config, params = tiny
     batch = _with_weights(_random_batch(config))
-    uc = UpdateConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.05, micro_batch_size=2)
+    loss_config = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.05)
     # plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would
     # turn float noise in near-zero gradient entries into full-size steps)
     optimizer = optax.sgd(1.0)
-    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2))(
-        config, optimizer, uc, _state(params, optimizer), batch)
+    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2, 3))(
+        config, optimizer, loss_config, 2, _state(params, optimizer), batch)
 
     loss, grads = jax.value_and_grad(lambda p: _direct_loss(config, p, batch, 0.2, 0.28, 0.05))(
         params)
@@ -89,9 +90,8 @@ def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
     config, params = tiny
     batch = _with_weights(_random_batch(config, rows=8, seed=1), mode, 40.0)
     optimizer = optax.sgd(1.0)  # params move by exactly the accumulated gradient
-    step = jax.jit(update_step, static_argnums=(0, 1, 2))
-    results = [step(config, optimizer, UpdateConfig(kl_coef=0.01, entropy_coef=0.01,
-                                                    micro_batch_size=size),
+    step = jax.jit(update_step, static_argnums=(0, 1, 2, 3))
+    results = [step(config, optimizer, LossConfig(kl_coef=0.01, entropy_coef=0.01), size,
                     _state(params, optimizer), batch) for size in (1, 4, 8)]
     for state, metrics in results[1:]:
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
@@ -106,8 +106,8 @@ def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
     batch["advantages"] = batch["advantages"].copy()
     batch["advantages"][0, batch["action_mask"][0]] = np.nan
     optimizer = make_optimizer(make_schedule(1e-3))
-    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2))(
-        config, optimizer, UpdateConfig(micro_batch_size=4), _state(params, optimizer), batch)
+    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2, 3))(
+        config, optimizer, LossConfig(), 4, _state(params, optimizer), batch)
     assert int(metrics["skipped"]) == 1
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), state.params, params)
     assert int(state.step) == 1
@@ -144,9 +144,10 @@ _SHARDED_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from test_train import _random_batch, _with_weights
     from jaxtree import models
-    from jaxtree.train.mesh import make_mesh
+    from jaxtree.parallel.mesh import make_mesh
     import optax
-    from jaxtree.train.update import UpdateConfig, Updater
+    from jaxtree.losses import LossConfig
+    from jaxtree.train.update import Updater
     assert len(jax.devices()) == 8
     config = models.get_preset("tiny")
     params = models.init_params(config, jax.random.key(0))
@@ -157,7 +158,7 @@ _SHARDED_SCRIPT = textwrap.dedent("""
         # SGD: the new params are the gradient itself, compared at 1e-5 (Adam's first step,
         # lr * g / |g|, would magnify float noise in near-zero gradient entries)
         updater = Updater(config, optax.sgd(1.0),
-                          UpdateConfig(kl_coef=0.01, micro_batch_size=8),
+                          LossConfig(kl_coef=0.01), 8,
                           make_mesh(*shape, devices=devices), params)
         state = updater.init_state(params)
         for _ in range(2):
@@ -185,7 +186,7 @@ def test_updater_pads_nothing_and_reports_reference_logprobs(tiny):
     from jaxtree.models import forward
     config, params = tiny
     updater = Updater(config, make_optimizer(make_schedule(1e-3)),
-                      UpdateConfig(micro_batch_size=2), mesh_lib.make_mesh(), params)
+                      LossConfig(), 2, mesh_lib.make_mesh(), params)
     tokens = _random_batch(config, rows=4, width=16, seed=4)["tokens"]
     got = np.asarray(updater.logprobs(updater.place_params(params), tokens))
     logp = jax.nn.log_softmax(forward(config, params, jnp.asarray(tokens)), axis=-1)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from ml_collections import config_flags
 
-from jaxtree.experiment import rl_config, sibling_config
+from jaxtree.experiment import rl_config, set_path, sibling_config
 from jaxtree.policy import load_policy
-from jaxtree.train import checkpoints
+from jaxtree import checkpoints
 from jaxtree.train.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,26 +25,25 @@ CONFIG_FILE = os.path.join(ROOT, "configs", "frozen_lake_grpo.py")
 TOY = {
     "model.name": "tiny", "rollout.num_slots": 8, "rollout.context_length": 256,
     "rollout.max_turns": 3, "rollout.max_action_tokens": 4, "train.init": "model",
-    "train.groups_per_step": 2, "train.group_size": 2, "train.micro_batch_size": 2,
-    "train.entropy_coef": 0.01, "train.learning_rate": 1e-3, "train.eval_num_tasks": 2,
-    "train.eval_samples_per_task": 1, "train.eval_every": 2, "train.save_every": 1,
+    "rollout.groups_per_step": 2, "rollout.group_size": 2, "train.micro_batch_size": 2,
+    "loss.entropy_coef": 0.01, "optim.learning_rate": 1e-3, "eval.num_tasks": 2,
+    "eval.samples_per_task": 1, "eval.every": 2, "checkpoint.every": 1,
     "train.tensorboard": False,
 }
 TOY_OVERRIDES = [f"--config.{key}={value}" for key, value in TOY.items()]
 
 
-def toy_config(steps=4, **train):
-    config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo")
-    for key, value in TOY.items():
-        section, field = key.split(".")
-        config[section][field] = value
+def toy_config(steps=4, **overrides):
+    """The default experiment at toy size; `overrides` are {section__field: value}."""
+    config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo", TOY)
     config.train.steps = steps
-    config.train.update(train)
+    for key, value in overrides.items():
+        set_path(config, key.replace("__", "."), value)
     return config
 
 
 def _final_params(workdir):
-    from jaxtree.train.checkpoints import load_policy_checkpoint
+    from jaxtree.checkpoints import load_policy_checkpoint
     return load_policy_checkpoint(workdir)[1]
 
 
@@ -116,55 +115,88 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_cleanly(tmp_path):
     assert result["step"] == step + 1
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("advantage", "gae", "train.advantage"),
-    ("loss_aggregation", "sum", "train.loss_aggregation"),
-    ("eps_low", 1.5, "train.eps_low"),
-    ("group_size", 1, "train.group_size"),
-    ("keep_fraction", 0.0, "train.keep_fraction"),
-    ("micro_batch_size", 0, "train.micro_batch_size"),
+@pytest.mark.parametrize("path,value,message", [
+    ("advantage.name", "gae", "config.advantage.name: 'gae' is not one of ("),
+    ("loss.aggregation", "sum", "config.loss.aggregation: 'sum' is not one of ("),
+    ("loss.eps_low", 1.5, "config.loss.eps_low: 1.5 is not in [0, 1)"),
+    ("rollout.group_size", 1, "config.rollout.group_size: 1 is not >= 2"),
+    ("filter.top_std.keep_fraction", 0.0, "config.filter.top_std.keep_fraction: 0.0 is not in (0, 1]"),
+    ("train.micro_batch_size", 0, "config.train.micro_batch_size: 0 is not positive"),
+    ("advantage.grpo.epsilon", 0.0, "config.advantage.grpo.epsilon: 0.0 is not positive"),
+    ("rollout.latr.tau_abs", 2.0, "config.rollout.latr.tau_abs: 2.0 is not in [0, 1]"),
+    ("rollout.sampling.top_p", 0.0, "config.rollout.sampling.top_p: 0.0 is not in (0, 1]"),
+    ("optim.schedule", "linear", "config.optim.schedule: 'linear' is not one of ('constant', 'cosine')"),
+    ("optim.warmup_steps", 10_000, "config.optim.warmup_steps: 10000 is not in [0, 4]"),
+    ("reward.terms", ("outcome", "bonus"), "config.reward.terms: ('outcome', 'bonus') is not all one of ("),
+    ("mesh.data", 0, "config.mesh.data: 0 is not -1 or positive"),
+    ("eval.every", -1, "config.eval.every: -1 is not positive"),
+    ("checkpoint.keep", 0, "config.checkpoint.keep: 0 is not positive"),
+    ("env.name", "chess", "config.env.name: 'chess' is not one of ("),
+    ("env.options", {"size": -3}, "config.env.options: {'size': -3} does not build frozen_lake"),
+    ("sft.epsilon", 1.5, "config.sft.epsilon: 1.5 is not in [0, 1]"),
+    ("model.dtype", "float16", "config.model.dtype: 'float16' is not one of ("),
+    ("loss.kl_coeff", 0.1, "config.loss.kl_coeff: unknown field (given 0.1); loss has "),
+    ("train.kl_coef", 0.1, "config.train.kl_coef: moved to config.loss.kl_coef"),
+    ("latr", {"tau_abs": 0.3}, "config.latr: moved to config.rollout.latr"),
 ])
-def test_invalid_train_values_fail_naming_the_field(field, value, message):
+def test_each_invalid_config_value_fails_naming_the_field(path, value, message):
     from launch import train
-    from launch.common import ConfigError
+    from jaxtree.config import ConfigError
     config = toy_config()
-    config.train[field] = value
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        train.validate(config)
+    set_path(config, path, value)
+    with pytest.raises(ConfigError) as error:
+        train.check_experiment(train.experiment(config))
+    assert str(error.value).startswith(message), str(error.value)
+    assert "\n" not in str(error.value)
 
 
-def test_the_job_rejects_an_unknown_field_and_a_bad_value_clearly(tmp_path):
-    for override, expected in [("--config.train.learning_rat=1e-3", "learning_rat"),
-                               ("--config.train.filter=best", "config.train.filter")]:
+def test_the_job_rejects_bad_fields_and_values_in_one_line(tmp_path):
+    for override, expected in [
+            ("--config.train.learning_rat=1e-3", "learning_rat"),
+            ("--config.filter.name=best", "config.filter.name: 'best' is not one of ("),
+            ("--config.train.kl_coef=0.1", "config.train.kl_coef moved to config.loss.kl_coef"),
+            ("--config.latr.tau_abs=0.3", "config.latr.tau_abs moved to config.rollout.latr.tau_abs"),
+            ("--config.rollout.group_size=1", "config.rollout.group_size: 1 is not >= 2")]:
         proc = subprocess.run([sys.executable, "-m", "launch.train", f"--config={CONFIG_FILE}",
                                f"--workdir={tmp_path}", override], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
-        assert proc.returncode != 0
-        assert expected in proc.stderr
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert expected in proc.stderr, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_every_experiment_config_validates():
     from launch import train
-    names = [n for n in os.listdir(os.path.join(ROOT, "configs"))
-             if n.endswith(("_grpo.py", "_dapo.py"))]
+    names = [n for n in os.listdir(os.path.join(ROOT, "configs")) if n.endswith(".py")]
     assert {"frozen_lake_grpo.py", "frozen_lake_dapo.py", "sokoban_grpo.py", "sokoban_dapo.py",
-            "countdown_grpo.py", "countdown_dapo.py", "sudoku4_grpo.py",
-            "sudoku4_dapo.py"} <= set(names)
+            "countdown_grpo.py", "countdown_dapo.py", "sudoku4_grpo.py", "sudoku4_dapo.py",
+            "countdown_latr.py", "frozen_lake_sft.py"} <= set(names)
     for name in names:
         config = config_flags.config_flags._LoadConfigModule(
             name, os.path.join(ROOT, "configs", name)).get_config()
-        train.validate(config)
+        exp = train.experiment(config)
+        train.check_experiment(exp)
         if name.endswith("_dapo.py"):
-            assert config.train.filter == "dynamic_sampling"
-            assert config.train.loss_aggregation == "token-mean"
-            assert config.train.eps_high > config.train.eps_low
+            assert exp.filter.name == "dynamic_sampling"
+            assert exp.loss.aggregation == "token-mean"
+            assert exp.loss.eps_high > exp.loss.eps_low
 
 
-def _synthetic_batch(rewards_by_group, turns=3, width=16, group_offset=0):
+def test_old_flat_train_fields_keep_working_in_rl_config():
+    config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo",
+                       strategy="independent", kl_coef=0.05, keep_fraction=0.5, steps=7)
+    assert config.loss.kl_coef == 0.05 and config.filter.top_std.keep_fraction == 0.5
+    assert config.rollout.strategy == "independent" and config.train.steps == 7
+    with pytest.raises(ValueError, match="unknown field 'kl_coeff'"):
+        rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo", kl_coeff=0.05)
+
+
+def _synthetic_batch(rewards_by_group, turns=3, width=16):
     """A TrajectoryBatch with the given outcome rewards, one group per inner list."""
-    from jaxtree.rollout.trajectory import EpisodeRecord, assemble
+    from jaxtree.rollout.trajectory import DONE, EpisodeRecord, TurnRecord, assemble
     records, episode = [], 0
+    valid = [True, False, True][:turns]
     for g, rewards in enumerate(rewards_by_group):
         for r in rewards:
             mask = np.zeros(width, bool)
@@ -173,10 +205,12 @@ def _synthetic_batch(rewards_by_group, turns=3, width=16, group_offset=0):
             records.append(EpisodeRecord(
                 tokens=np.arange(width, dtype=np.int32), action_mask=mask,
                 logprobs=np.where(mask, -1.0, 0.0).astype(np.float32), turn_index=turn_index,
-                rewards=[0.0] * (turns - 1) + [float(r)], valid=[True, False, True][:turns],
-                verified=[np.nan] * turns, success=r > 0, truncated=False, num_invalid=1,
-                task_id=1000 + g + group_offset, group_id=g, episode_id=episode, parent_id=-1,
-                fork_turn=-1, info={}))
+                turns=[TurnRecord(reward=float(r) if t == turns - 1 else 0.0, valid=valid[t],
+                                  verified=1.0, process_score=0.5, state_signature=f"{t}|s",
+                                  action_signature="a", node_id=episode * turns + t)
+                       for t in range(turns)],
+                success=r > 0, end_reason=DONE, context_full=False, task_id=1000 + g,
+                group_id=g, episode_id=episode, parent_id=-1, fork_turn=-1, depth=0, info={}))
             episode += 1
     return assemble(records, pad_id=0)
 
@@ -191,57 +225,77 @@ class _FakeSampler:
         return self.drawn[start:]
 
 
-def _bare_trainer(**train):
+class _ScriptedStrategy:
+    """Returns the next scripted round of rewards and records the tasks it was given."""
+
+    def __init__(self, rounds):
+        self.rounds = iter(rounds)
+        self.calls = []
+
+    def sample(self, params, rng, tasks, step):
+        self.calls.append(list(tasks))
+        return _synthetic_batch(next(self.rounds)), {"scripted/rounds": len(self.calls)}
+
+
+def _bare_trainer(strategy, **overrides):
+    """A Trainer with only the parts the rollout stage needs (no model, no updater)."""
+    from jaxtree.advantages import build_filter
+    from jaxtree.rewards import build_rewards
     from jaxtree.train.trainer import Trainer
+    from launch import train
+    exp = train.experiment(toy_config(**overrides))
     trainer = Trainer.__new__(Trainer)
-    trainer.t = toy_config(**train).train
-    trainer.engine = None
+    trainer.exp = exp
+    trainer.strategy = strategy
+    trainer.reward_fn = build_rewards(exp.reward)
+    trainer.group_filter = build_filter(exp.filter)
     trainer.policy = type("P", (), {"tokenizer": type("T", (), {"pad_id": 0})()})()
     return trainer
 
 
-def test_dapo_dynamic_sampling_drops_uniform_groups_and_refills_from_fresh_tasks(monkeypatch):
-    from jaxtree.train import trainer as trainer_lib
-    rounds = iter([
+def test_dapo_dynamic_sampling_drops_uniform_groups_and_refills_from_fresh_tasks():
+    strategy = _ScriptedStrategy([
         [[1, 1], [0, 1], [0, 0]],        # round 0: only group 1 has a learning signal
         [[1, 0], [0, 0], [1, 0]],        # round 1: groups 0 and 2 do
     ])
-    calls = []
-
-    def fake_sample(engine, params, rng, tasks, group_size):
-        calls.append(list(tasks))
-        return _synthetic_batch(next(rounds))
-    monkeypatch.setattr(trainer_lib, "sample_independent", fake_sample)
-    trainer = _bare_trainer(filter="dynamic_sampling", groups_per_step=3, group_size=2,
-                            max_sampling_rounds=4)
-    batch, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
-    assert calls == [[0, 1, 2], [3, 4, 5]]  # the refill round draws fresh tasks
+    trainer = _bare_trainer(strategy, filter__name="dynamic_sampling", rollout__groups_per_step=3,
+                            rollout__group_size=2, filter__dynamic_sampling__max_rounds=4)
+    batch, rewards, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
+    assert strategy.calls == [[0, 1, 2], [3, 4, 5]]  # the refill round draws fresh tasks
     assert metrics["rollout/sampling_rounds"] == 2 and metrics["rollout/episodes"] == 12
+    assert metrics["scripted/rounds"] == 1.5  # the strategy's metrics, averaged over rounds
     # kept: round 0 group 1, then round 1 groups 0 and 2 (ids offset by 3), 3 groups x 2 rollouts
     assert sorted(set(batch.group_ids.tolist())) == [1, 3, 5]
-    assert len(batch) == 6
+    assert len(batch) == 6 and len(rewards.outcome) == 6
+    np.testing.assert_array_equal(rewards.outcome, batch.outcome_reward)
     for g in set(batch.group_ids.tolist()):
-        rewards = batch.outcome_reward[batch.group_ids == g]
-        assert rewards.max() > rewards.min()
+        group_rewards = batch.outcome_reward[batch.group_ids == g]
+        assert group_rewards.max() > group_rewards.min()
     assert len(set(batch.episode_ids.tolist())) == 6
+    assert len(set(batch.node_ids.ravel().tolist())) == 6 * 3  # renumbered across rounds
 
 
-def test_instance_filter_keeps_the_highest_std_groups(monkeypatch):
-    from jaxtree.train import trainer as trainer_lib
-    monkeypatch.setattr(trainer_lib, "sample_independent",
-                        lambda *a: _synthetic_batch([[1, 1], [0, 1], [0, 0], [1, 0.5]]))
-    trainer = _bare_trainer(filter="top_std", groups_per_step=4, group_size=2, keep_fraction=0.5)
-    batch, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
+def test_instance_filter_keeps_the_highest_std_groups():
+    strategy = _ScriptedStrategy([[[1, 1], [0, 1], [0, 0], [1, 0.5]]])
+    trainer = _bare_trainer(strategy, filter__name="top_std", rollout__groups_per_step=4,
+                            rollout__group_size=2, filter__top_std__keep_fraction=0.5)
+    batch, _, metrics = trainer.rollout(None, step=1, sampler=_FakeSampler())
     assert sorted(set(batch.group_ids.tolist())) == [1, 3]      # std 0.5 and 0.25
     assert metrics["rollout/kept_groups"] == 2
 
 
-@pytest.mark.parametrize("advantage", ["grpo", "drgrpo", "rloo", "step_reward"])
-def test_token_advantages_put_each_rollouts_advantage_on_its_action_tokens(advantage):
-    trainer = _bare_trainer(advantage=advantage, gamma=0.5, step_reward_valid=0.1,
-                            step_reward_invalid=0.2)
+@pytest.mark.parametrize("advantage", ["grpo", "drgrpo", "rloo", "grpo_step"])
+def test_advantages_put_each_rollouts_advantage_on_its_action_tokens(advantage):
+    from jaxtree.advantages import build_advantage
+    from jaxtree.rewards import build_rewards
+    from launch import train
+    exp = train.experiment(toy_config(
+        advantage__name=advantage, advantage__grpo_step__gamma=0.5,
+        reward__terms=("outcome", "step_validity"), reward__step_validity__valid=0.1,
+        reward__step_validity__invalid=0.2))
     batch = _synthetic_batch([[1, 0, 0], [0.5, 0.5, 1]])
-    out = trainer.token_advantages(batch)
+    rewards = build_rewards(exp.reward)(batch)
+    out = build_advantage(exp.advantage)(batch, rewards)
     assert out.shape == batch.tokens.shape
     assert np.all(out[~batch.action_mask] == 0)
     groups = [batch.outcome_reward[:3], batch.outcome_reward[3:]]
@@ -254,7 +308,7 @@ def test_token_advantages_put_each_rollouts_advantage_on_its_action_tokens(advan
             expected = r - group.mean()
         elif advantage == "rloo":
             expected = r - (group.sum() - r) / (len(group) - 1)
-        if advantage != "step_reward":
+        if advantage != "grpo_step":
             np.testing.assert_allclose(out[i][batch.action_mask[i]], expected, atol=1e-5)
             continue
         # per turn: GRPO outcome advantage + discounted step rewards (+0.1 valid, -0.2 invalid)
@@ -264,6 +318,25 @@ def test_token_advantages_put_each_rollouts_advantage_on_its_action_tokens(advan
             k = batch.turn_index[i, t]
             ret = sum(0.5 ** (j - k) * step[j] for j in range(k, 3))
             assert out[i, t] == pytest.approx(grpo + ret, abs=1e-5)
+
+
+def test_masked_trajectories_leave_the_group_statistics():
+    """advantage.mask_context_full: an episode cut by a full context gets 0 and the others are
+    normalised without it."""
+    from jaxtree.advantages import build_advantage
+    from jaxtree.rewards import build_rewards
+    from launch import train
+    batch = _synthetic_batch([[1, 0, 0, 1]])
+    batch.context_full[3] = True
+    for mask in (False, True):
+        exp = train.experiment(toy_config(advantage__mask_context_full=mask))
+        out = build_advantage(exp.advantage)(batch, build_rewards(exp.reward)(batch))
+        rows = [0, 1, 2] if mask else [0, 1, 2, 3]
+        group = batch.outcome_reward[rows]
+        for i in range(4):
+            expected = 0.0 if i not in rows else \
+                (batch.outcome_reward[i] - group.mean()) / (group.std(ddof=1) + 1e-6)
+            np.testing.assert_allclose(out[i][batch.action_mask[i]], expected, atol=1e-5)
 
 
 def test_metric_names_become_valid_tensorboard_tags(tmp_path):

@@ -1,15 +1,23 @@
-"""Advantage estimation: group-relative advantages, their token layout, and group filters.
+"""Advantage estimation and group filters.
 
-- `group`: GRPO / Dr.GRPO, RLOO, discounted step returns and "GRPO + Step Reward" (jit-able).
+- `base`: the advantage stage (registry `ADVANTAGES`, `config.advantage`).
+- `estimators`: GRPO, Dr.GRPO, RLOO and "GRPO + step reward" as registered advantage functions.
+- `group_filters`: the filter stage (registry `FILTERS`, `config.filter`): none, DAPO dynamic
+  sampling, TSR/StarPO top-std instance filtering.
+- `group`: the jit-able group statistics (GRPO / Dr.GRPO, RLOO, discounted step returns).
 - `broadcast`: per-trajectory or per-turn advantages onto action tokens (jit-able).
-- `filters`: DAPO dynamic sampling, StarPO-S / TSR top-std filtering, batch refill (host numpy).
+- `filters`: the host-side numpy group filters and batch refill selection.
 """
 
+from jaxtree.advantages import estimators  # noqa: F401  (registration)
+from jaxtree.advantages.base import ADVANTAGES, AdvantageFn, AdvantageStage, build_advantage
 from jaxtree.advantages.broadcast import sequence_to_tokens, turns_to_tokens
 from jaxtree.advantages.filters import dynamic_sampling_keep, select_groups, top_std_groups_keep
 from jaxtree.advantages.group import (discounted_returns, grpo_advantages, rloo_advantages,
                                       step_reward_advantages)
+from jaxtree.advantages.group_filters import FILTERS, FilterStage, GroupFilter, build_filter
 
-__all__ = ["discounted_returns", "dynamic_sampling_keep", "grpo_advantages", "rloo_advantages",
-           "select_groups", "sequence_to_tokens", "step_reward_advantages", "top_std_groups_keep",
-           "turns_to_tokens"]
+__all__ = ["ADVANTAGES", "AdvantageFn", "AdvantageStage", "FILTERS", "FilterStage", "GroupFilter",
+           "build_advantage", "build_filter", "discounted_returns", "dynamic_sampling_keep",
+           "grpo_advantages", "rloo_advantages", "select_groups", "sequence_to_tokens",
+           "step_reward_advantages", "top_std_groups_keep", "turns_to_tokens"]

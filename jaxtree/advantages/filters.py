@@ -37,6 +37,20 @@ def _groups(rewards, group_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rewards, inverse.reshape(-1), counts
 
 
+def _group_std(rewards: np.ndarray, inverse: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """float64[G], the population std of each group's rewards; exactly 0 for a group of equal
+    rewards. Each group is shifted by its largest reward first: the mean of equal values that
+    are not exactly representable (0.1, 0.1, 0.1) is not always equal to them, which would give
+    such a group a spurious std of ~1e-17 and rank it above a group of exact equal values."""
+    num_groups = counts.shape[0]
+    top = np.full(num_groups, -np.inf)
+    np.maximum.at(top, inverse, rewards)
+    shifted = rewards - top[inverse]            # exactly 0 throughout a group of equal rewards
+    mean = np.bincount(inverse, weights=shifted, minlength=num_groups) / counts
+    deviation = shifted - mean[inverse]
+    return np.sqrt(np.bincount(inverse, weights=deviation ** 2, minlength=num_groups) / counts)
+
+
 def dynamic_sampling_keep(rewards, group_ids, *, atol: float = 1e-6) -> np.ndarray:
     """DAPO dynamic sampling: keep the groups whose rewards are not all equal.
 
@@ -78,9 +92,7 @@ def top_std_groups_keep(rewards, group_ids, keep_fraction: float) -> np.ndarray:
     num_groups = counts.shape[0]
     if num_groups == 0:
         return np.zeros((0,), bool)
-    mean = np.bincount(inverse, weights=rewards, minlength=num_groups) / counts
-    deviation = rewards - mean[inverse]
-    std = np.sqrt(np.bincount(inverse, weights=deviation ** 2, minlength=num_groups) / counts)
+    std = _group_std(rewards, inverse, counts)
     # Groups with mathematically equal stds (e.g. rewards {0, 1} and {0, 0, 1, 1}) can differ in
     # the last float64 bits depending on the summation order; comparing at float32 precision
     # lets the group-id order decide such ties instead of rounding noise.

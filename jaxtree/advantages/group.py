@@ -23,6 +23,8 @@ get advantage 0, as do invalid rows.
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -92,6 +94,8 @@ def grpo_advantages(rewards, group_ids, num_groups: int, *, normalize_std: bool 
       float32[N]: (r_i - mean_g) / (std_g + epsilon) with std_g the ddof=1 std over the valid
       members of the group; 0 on invalid rows and in groups with a single valid member.
     """
+    if normalize_std and isinstance(epsilon, numbers.Real) and not epsilon > 0:
+        raise ValueError(f"epsilon={epsilon} must be positive: a group of equal rewards has std 0")
     count, deviation, variance = _group_deviations(rewards, group_ids, num_groups, valid)
     advantages = deviation / (jnp.sqrt(variance) + epsilon) if normalize_std else deviation
     return jnp.where(count >= 2.0, advantages, 0.0)
@@ -150,7 +154,7 @@ def discounted_returns(turn_rewards, num_turns, gamma) -> jax.Array:
 
 def step_reward_advantages(outcome_rewards, step_rewards, num_turns, group_ids, num_groups: int,
                            *, gamma, normalize_std: bool = True,
-                           epsilon: float = 1e-6) -> jax.Array:
+                           epsilon: float = 1e-6, valid=None) -> jax.Array:
     """"GRPO + Step Reward" per-turn advantages (RTMC §5.1 baseline).
 
     Args:
@@ -160,11 +164,11 @@ def step_reward_advantages(outcome_rewards, step_rewards, num_turns, group_ids, 
       group_ids: int32[N] in [0, num_groups).
       num_groups: static number of groups.
       gamma: discount of the step-reward returns.
-      normalize_std, epsilon: as in `grpo_advantages`.
+      normalize_std, epsilon, valid: as in `grpo_advantages`.
 
     Returns:
       float32[N, K]: grpo_advantages(outcome_rewards)_i + discounted_returns(step_rewards)_{i,t}
-      for t < num_turns_i, 0 after.
+      for t < num_turns_i, 0 after and on invalid rows.
     """
     step_rewards = jnp.asarray(step_rewards, jnp.float32)
     outcome_rewards = jnp.asarray(outcome_rewards, jnp.float32)
@@ -173,6 +177,8 @@ def step_reward_advantages(outcome_rewards, step_rewards, num_turns, group_ids, 
                          f"{outcome_rewards.shape} vs {step_rewards.shape}")
     returns = discounted_returns(step_rewards, num_turns, gamma)
     trajectory = grpo_advantages(outcome_rewards, group_ids, num_groups,
-                                 normalize_std=normalize_std, epsilon=epsilon)
+                                 normalize_std=normalize_std, epsilon=epsilon, valid=valid)
     played = jnp.arange(step_rewards.shape[1])[None, :] < jnp.asarray(num_turns)[:, None]
+    if valid is not None:
+        played = played & jnp.asarray(valid, bool)[:, None]
     return jnp.where(played, trajectory[:, None] + returns, 0.0)

@@ -84,14 +84,24 @@ def write_chunk(buffer: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Ar
     return buffer.at[rows, :, positions].set(new.astype(buffer.dtype), mode="drop")
 
 
+def copy_tree_rows(tree, src: jax.Array, dst: jax.Array):
+    """Row src[i] -> row dst[i] in every array of a pytree of row-major arrays (leading axis: the
+    rows), on device: the one row-copy primitive (cache rows, slot-engine slots, LATR branches).
+
+    src, dst: int[N]. All reads happen before any write, so a row may be a source and a
+    destination in the same call (a swap exchanges the rows). A destination >= the number of rows
+    is a no-op (the scatter drops it), which lets fixed-size callers pad with `rows`; the source of
+    such a pair may be any valid row.
+    """
+    return jax.tree_util.tree_map(lambda x: x.at[dst].set(x[src], mode="drop"), tree)
+
+
 def copy_rows(cache: KVCache, src_rows: jax.Array, dst_rows: jax.Array) -> KVCache:
     """Copies whole rows (keys, values, length) from src_rows to dst_rows, on device.
 
     This is the branching primitive: a child row continues from its parent's exact state without
     re-prefilling the shared prefix. src_rows and dst_rows are int32[N]; a row may be a source and
-    a destination in the same call (all reads happen before any write).
+    a destination in the same call (all reads happen before any write). `copy_tree_rows` on the
+    cache.
     """
-    keys = tuple(k.at[dst_rows].set(k[src_rows]) for k in cache.keys)
-    values = tuple(v.at[dst_rows].set(v[src_rows]) for v in cache.values)
-    lengths = cache.lengths.at[dst_rows].set(cache.lengths[src_rows])
-    return KVCache(keys, values, lengths)
+    return copy_tree_rows(cache, src_rows, dst_rows)

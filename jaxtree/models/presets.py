@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from jaxtree.models.config import ModelConfig, default_dtype
 from jaxtree.tokenizers import ByteTokenizer
+from jaxtree.utils import round_up
 
 _BYTES = ByteTokenizer()
 # Rounded up to a multiple of 8 for friendlier matmul shapes; the extra row is never produced
 # by the tokenizer.
-_BYTE_VOCAB = -(-_BYTES.vocab_size // 8) * 8
+_BYTE_VOCAB = round_up(_BYTES.vocab_size, 8)
 _BYTE_SPECIALS = dict(bos_token_id=_BYTES.bos_id, eos_token_id=_BYTES.eos_id,
                       pad_token_id=_BYTES.pad_id)
 

@@ -20,6 +20,7 @@ any model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -27,8 +28,23 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from jaxtree.config import Check, Section, option, positive
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig(Section):
+    """Config section `mesh`: the device mesh of the update step."""
+
+    data: int = option(-1, "data-parallel size (-1: the devices left over)",
+                       check=Check(lambda v: v == -1 or v > 0, "-1 or positive"))
+    fsdp: int = option(1, "fully sharded data-parallel size", check=positive())
+    tensor: int = option(1, "tensor-parallel size", check=positive())
+
+    def make(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
+        return make_mesh(self.data, self.fsdp, self.tensor, devices)
 
 # logical axis -> mesh axis (None = replicated)
 LOGICAL_RULES: dict[str, str | None] = {

@@ -6,9 +6,11 @@ environment. A turn, for every live episode at once:
   host    tokenize the new observation (only the new tokens: history is never re-rendered)
   device  append those tokens to the slot's cache at its own offset, then sample the action until
           the stop sequence or the per-turn token limit (`slots.play_turn`, one compiled call)
-  host    detokenize, step the environment, record reward / validity / verifier
+  host    detokenize, step the environment, record the turn (`jaxtree.rollout.episode`: reward,
+          validity, verifier label, process score, signatures, tree node)
 
-Episodes end on `done`, on the turn limit, or when the slot's context is full (`truncated`).
+Episodes end on `done`, on the turn limit, or when the slot's context is full (`TRUNCATED`), or
+when a controller stops them (`stop`: `PRUNED`).
 Live episodes are kept packed in the leading slots: when episodes end, the last live slots move
 into the holes (an on-device row copy), and queued episodes take the freed slots. Every device
 call covers only a power-of-two bucket of the live count, so finished episodes stop costing decode
@@ -32,69 +34,42 @@ import jax.numpy as jnp
 import numpy as np
 
 from environments.base import TextEnv
+from jaxtree.config import Section, non_negative, option, positive, require
 from jaxtree.models.config import ModelConfig
-from jaxtree.rollout import conversation
+from jaxtree.rollout.episode import Episode
 from jaxtree.rollout.slots import (SlotState, clear_slots, copy_slots, init_slots, play_turn,
                                    prefill_slots, read_slots)
-from jaxtree.rollout.trajectory import EpisodeRecord, TrajectoryBatch, assemble
+from jaxtree.rollout.trajectory import PRUNED, TRUNCATED, EpisodeRecord, TrajectoryBatch, assemble
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.sampling.sampler import CACHE_FULL, EOS, STOP_SEQUENCE, bucket_length
 from jaxtree.tokenizers import Tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """How episodes are generated.
+class RolloutConfig(Section):
+    """How episodes are generated (the slot engine's settings; config section `rollout`)."""
 
-    Attributes:
-      num_slots: S, episodes on device at once.
-      context_length: C, token positions per slot (prompt, observations and actions together).
-      max_action_tokens: N, the per-turn token limit of an action.
-      max_turns: the turn limit (None: the environment's own max_steps).
-      sampling: temperature / top-k / top-p of the actions.
-      record_verifier: evaluate the environment's VPR verifier on every action.
-    """
-
-    num_slots: int = 64
-    context_length: int = 1024
-    max_action_tokens: int = 32
-    max_turns: int | None = None
+    num_slots: int = option(64, "S, episodes on device at once", check=positive())
+    context_length: int = option(1024, "C, token positions per slot (prompt, observations and "
+                                 "actions together)", check=positive())
+    max_action_tokens: int = option(32, "N, the per-turn token limit of an action",
+                                    check=positive())
+    max_turns: int = option(0, "the turn limit (0: the environment's own max_steps)",
+                            check=non_negative())
     sampling: SamplingConfig = SamplingConfig()
-    record_verifier: bool = False
 
-    def __post_init__(self):
-        for name in ("num_slots", "context_length", "max_action_tokens"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"RolloutConfig.{name}={getattr(self, name)} must be positive")
-        if self.max_turns is not None and self.max_turns <= 0:
-            raise ValueError(f"RolloutConfig.max_turns={self.max_turns} must be positive")
-        if self.max_action_tokens >= self.context_length:
-            raise ValueError("RolloutConfig.max_action_tokens must be below context_length")
+    def check(self):
+        require(self.max_action_tokens < self.context_length, "max_action_tokens",
+                f"{self.max_action_tokens} must be below context_length={self.context_length}")
 
 
 @dataclasses.dataclass
-class Episode:
-    """Host record of one episode (queued, live or finished)."""
+class SlotEpisode(Episode):
+    """An episode of the slot engine: the shared episode record plus where it lives on device."""
 
-    episode_id: int
-    task_id: int
-    group_id: int
-    env: TextEnv | None = None
-    slot: int | None = None
+    slot: int | None = None          # its row while live
     length: int = 0                  # tokens in the slot so far
     pending: list[int] = dataclasses.field(default_factory=list)  # tokens to append next turn
-    rewards: list[float] = dataclasses.field(default_factory=list)
-    valid: list[bool] = dataclasses.field(default_factory=list)
-    verified: list[float] = dataclasses.field(default_factory=list)
-    info: dict = dataclasses.field(default_factory=dict)
-    parent_id: int = -1
-    fork_turn: int = -1
-    finished: bool = False
-    truncated: bool = False
-
-    @property
-    def num_turns(self) -> int:
-        return len(self.rewards)
 
 
 @dataclasses.dataclass
@@ -102,9 +77,8 @@ class RolloutStats:
     """Where rollout time goes (seconds) and how much work was done."""
 
     device_seconds: float = 0.0
-    tokenize_seconds: float = 0.0
-    env_seconds: float = 0.0
-    detokenize_seconds: float = 0.0
+    start_seconds: float = 0.0        # environment resets and first prompts
+    env_seconds: float = 0.0          # per turn: detokenize, step and label, next observation
     other_host_seconds: float = 0.0
     turns: int = 0                    # engine turns (device calls)
     env_steps: int = 0                # environment steps over all episodes
@@ -115,8 +89,7 @@ class RolloutStats:
 
     @property
     def host_seconds(self) -> float:
-        return (self.tokenize_seconds + self.env_seconds + self.detokenize_seconds
-                + self.other_host_seconds)
+        return self.start_seconds + self.env_seconds + self.other_host_seconds
 
     @property
     def host_share(self) -> float:
@@ -159,18 +132,18 @@ class SlotEngine:
         self.rng = rng
         self.state = init_slots(self.model_config, self.rollout.num_slots,
                                 self.rollout.context_length)
-        self.episodes: dict[int, Episode] = {}
+        self.episodes: dict[int, SlotEpisode] = {}
         self.queue: list[int] = []
         self.slots: list[int] = []           # episode id per live slot, slots 0..len-1
         self.finished: list[int] = []
         self.records: dict[int, EpisodeRecord] = {}
         self.stats = RolloutStats()
         self._next_id = 0
-        self._to_clear: list[int] = []
+        self._next_node = 0
 
     def add_episode(self, task_id: int, group_id: int = 0) -> int:
         """Queues an episode of the task `task_id` (the environment seed); returns its id."""
-        episode = Episode(self._new_id(), int(task_id), int(group_id))
+        episode = SlotEpisode(self._new_id(), int(task_id), int(group_id))
         self.episodes[episode.episode_id] = episode
         self.queue.append(episode.episode_id)
         return episode.episode_id
@@ -179,8 +152,12 @@ class SlotEngine:
         self._next_id += 1
         return self._next_id - 1
 
+    def _new_node(self) -> int:
+        self._next_node += 1
+        return self._next_node - 1
+
     @property
-    def live(self) -> list[Episode]:
+    def live(self) -> list[SlotEpisode]:
         """Live episodes in slot order."""
         return [self.episodes[e] for e in self.slots]
 
@@ -216,11 +193,8 @@ class SlotEngine:
             raise ValueError(f"fork of {num_children} needs free slots; {free} are free")
         children = []
         for _ in range(num_children):
-            child = dataclasses.replace(
-                parent, episode_id=self._new_id(), env=parent.env.clone(),
-                slot=len(self.slots), pending=list(parent.pending), rewards=list(parent.rewards),
-                valid=list(parent.valid), verified=list(parent.verified), info=dict(parent.info),
-                parent_id=parent.episode_id, fork_turn=parent.num_turns)
+            child = parent.fork(self._new_id())
+            child.slot, child.pending = len(self.slots), list(parent.pending)
             self.episodes[child.episode_id] = child
             self.slots.append(child.episode_id)
             children.append(child)
@@ -228,11 +202,11 @@ class SlotEngine:
         return [c.episode_id for c in children]
 
     def stop(self, episode_id: int) -> None:
-        """Ends a live episode now (e.g. a pruned branch); it is kept as a truncated trajectory."""
+        """Ends a live episode now (a pruned branch); it is kept in the batch, ended `PRUNED`."""
         episode = self.episodes[episode_id]
         if episode.slot is None or episode.finished:
             raise ValueError(f"episode {episode_id} is not live")
-        episode.truncated = True
+        episode.end(PRUNED)
         self._retire([episode])
 
     # ------------------------------------------------------------------ the turn
@@ -249,8 +223,7 @@ class SlotEngine:
         # An episode whose next observation and action would not fit ends here, truncated.
         overflow = [e for e in live if e.length + len(e.pending) + limit > capacity]
         for e in overflow:
-            e.truncated = True
-            e.info["context_full"] = True
+            e.end(TRUNCATED, context_full=True)
         if overflow:
             self._retire(overflow)
             live = self.live
@@ -299,38 +272,20 @@ class SlotEngine:
             if self._after_action(e, tokens[e.slot, :n].tolist(), int(reasons[e.slot])):
                 finished.append(e)
         start = time.perf_counter()
-        self._retire([e for e in finished if not e.finished])
+        self._retire(finished)
         self.stats.other_host_seconds += time.perf_counter() - start
         return [e.episode_id for e in finished]
 
-    def _after_action(self, e: Episode, action: list[int], reason: int) -> bool:
-        """Detokenizes and plays the action; prepares the next observation. True if it ended."""
+    def _after_action(self, e: SlotEpisode, action: list[int], reason: int) -> bool:
+        """Plays the action and prepares the next observation. True if the episode ended."""
         start = time.perf_counter()
-        ended = reason in (EOS, STOP_SEQUENCE)
-        text = conversation.action_text(self.tokenizer, action, ended)
-        mid = time.perf_counter()
-        if self.rollout.record_verifier:
-            e.verified.append(float(e.env.verify(e.env.parse_action(text))))
-        else:
-            e.verified.append(float("nan"))
-        observation, reward, done, info = e.env.step(text)
-        e.rewards.append(float(reward))
-        e.valid.append(bool(info["valid"]))
-        e.info = dict(info)
+        over, e.pending = e.play(self.tokenizer, action, reason in (EOS, STOP_SEQUENCE),
+                                 self.rollout.max_turns, self._new_node())
+        if reason == CACHE_FULL:
+            e.end(e.end_reason if over else TRUNCATED, context_full=True)
         self.stats.env_steps += 1
-        end = time.perf_counter()
-        self.stats.detokenize_seconds += mid - start
-        self.stats.env_seconds += end - mid
-        max_turns = self.rollout.max_turns or e.env.max_steps
-        if done or reason == CACHE_FULL or e.num_turns >= max_turns:
-            e.truncated = bool(info.get("truncated")) or not done
-            if reason == CACHE_FULL:
-                e.info["context_full"] = True
-            return True
-        e.pending = conversation.next_turn_tokens(self.tokenizer, observation,
-                                                  close_turn=not ended)
-        self.stats.tokenize_seconds += time.perf_counter() - end
-        return False
+        self.stats.env_seconds += time.perf_counter() - start
+        return e.finished
 
     # ------------------------------------------------------------------ slot management
 
@@ -340,10 +295,8 @@ class SlotEngine:
         new_slots = []
         while self.queue and len(self.slots) < self.rollout.num_slots:
             e = self.episodes[self.queue.pop(0)]
-            e.env = self.make_env()
-            e.env.reset(e.task_id)
             e.slot = len(self.slots)
-            e.pending = conversation.first_turn_tokens(self.tokenizer, e.env)
+            e.pending = e.start(self.make_env, self.tokenizer)
             self.slots.append(e.episode_id)
             new_slots.append(e.slot)
         if new_slots:
@@ -351,10 +304,10 @@ class SlotEngine:
             # count (clearing a slot twice is harmless).
             padded = new_slots + [new_slots[0]] * (bucket_length(len(new_slots), 1) - len(new_slots))
             self.state = clear_slots(self.state, jnp.asarray(padded, jnp.int32))
-        self.stats.tokenize_seconds += time.perf_counter() - start
+        self.stats.start_seconds += time.perf_counter() - start
 
-    def _retire(self, episodes: Sequence[Episode]) -> None:
-        """Copies finished episodes to the host and packs the live ones into the leading slots."""
+    def _retire(self, episodes: Sequence[SlotEpisode]) -> None:
+        """Copies ended episodes to the host and packs the live ones into the leading slots."""
         if not episodes:
             return
         slots = [e.slot for e in episodes]
@@ -363,14 +316,8 @@ class SlotEngine:
             read_slots(self.state, jnp.asarray(padded, jnp.int32)))
         for i, e in enumerate(episodes):
             n = int(lengths[i])
-            self.records[e.episode_id] = EpisodeRecord(
-                tokens=tokens[i, :n], action_mask=mask[i, :n], logprobs=logprobs[i, :n],
-                turn_index=turn_index[i, :n], rewards=e.rewards, valid=e.valid,
-                verified=e.verified, success=bool(e.info.get("success", False)),
-                truncated=e.truncated, num_invalid=int(sum(not v for v in e.valid)),
-                task_id=e.task_id, group_id=e.group_id, episode_id=e.episode_id,
-                parent_id=e.parent_id, fork_turn=e.fork_turn, info=e.info)
-            e.finished = True
+            self.records[e.episode_id] = e.record(tokens[i, :n], mask[i, :n], logprobs[i, :n],
+                                                  turn_index[i, :n])
             e.slot = None
             e.env = None  # the environment's job is done; free it
             self.finished.append(e.episode_id)
@@ -394,7 +341,7 @@ class SlotEngine:
         self.state = copy_slots(self.state, jnp.asarray(src, jnp.int32),
                                 jnp.asarray(dst, jnp.int32))
 
-    def _prefill_long(self, live: list[Episode]) -> None:
+    def _prefill_long(self, live: list[SlotEpisode]) -> None:
         """Prefills all but the last `width` pending tokens of episodes whose pending chunk is
         longer than the shortest bucket, on their slots only (see `slots.prefill_slots`)."""
         width = bucket_length(min(len(e.pending) for e in live), 8)

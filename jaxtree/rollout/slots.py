@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
-from jaxtree.models.kv_cache import KVCache, init_cache
+from jaxtree.models.kv_cache import KVCache, copy_tree_rows, init_cache
 from jaxtree.models.transformer import Transformer
+from jaxtree.sampling import randomness
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.sampling.sampler import decode
 
@@ -177,8 +178,7 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     logits, head = _append_observation(config, params, head, chunk, chunk_lengths, turn)
     cache, tokens, action_mask, logprobs, turn_index = head
     # The action: one key per (episode, turn).
-    keys = jax.vmap(lambda e, t: jax.random.fold_in(jax.random.fold_in(rng, e), t))(
-        episode_ids, turn)
+    keys = randomness.row_keys(rng, episode_ids, turn)
     action_offsets = cache.lengths
     cache, out = decode(config, sampling, max_action_tokens, pad_id, params, cache, logits, keys,
                         budgets, stop_sequences, eos_ids)
@@ -196,7 +196,7 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
 def copy_slots(state: SlotState, src: jax.Array, dst: jax.Array) -> SlotState:
     """Copies whole slots src[i] -> dst[i] (all reads before any write): the fork primitive, and
     how the engine keeps live episodes packed at the front."""
-    return _map_rows(lambda x: x.at[dst].set(x[src]), state)
+    return copy_tree_rows(state, src, dst)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))

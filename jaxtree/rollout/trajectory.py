@@ -1,8 +1,15 @@
-"""The trajectory batch: the interface between rollouts and advantages / the update step.
+"""The trajectory batch: the interface between rollouts and rewards / advantages / the update.
 
 Host-side numpy arrays (the update step moves them to devices with the sharding it needs). N
 trajectories, T token positions (the longest trajectory, rounded up to a multiple of 8), K turns
-(the most turns of any trajectory).
+(the most turns of any trajectory). Everything a reward or advantage function needs is here, per
+turn and per episode, so those functions are pure functions of the batch.
+
+Tree metadata. Every turn of every episode is a node of the rollout tree: `node_ids[i, t]`
+names the (history, action) of turn t. An episode forked from another at turn f shares its
+parent's nodes for turns < f (the prefix was computed once) and has its own nodes from f on, so
+two rows hold equal node ids exactly where they share history. `parent_ids` / `fork_turns` /
+`depth` locate the fork itself.
 """
 
 from __future__ import annotations
@@ -11,6 +18,18 @@ import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
+
+from jaxtree.utils import round_up
+
+# Why an episode ended (TrajectoryBatch.end_reason).
+DONE = 0         # the game ended it (solved, failed, or its own rules)
+TRUNCATED = 1    # the turn limit or a full context cut it short
+PRUNED = 2       # a tree controller stopped it (kept in the group, e.g. PATR's "Keep All")
+DISCARDED = 3    # a trial branch (lookahead) that is not trained on
+END_REASONS = {DONE: "done", TRUNCATED: "truncated", PRUNED: "pruned", DISCARDED: "discarded"}
+
+NO_PARENT = -1   # parent_ids / fork_turns of an episode that was not forked
+NO_NODE = -1     # node_ids past an episode's last turn
 
 
 @dataclasses.dataclass
@@ -26,20 +45,34 @@ class TrajectoryBatch:
         policy at temperature 1 (0 elsewhere): the denominator of importance ratios.
       turn_index: int32[N, T], the turn of each token (turn k = the k-th observation and the
         action that answers it); -1 on padding.
-      turn_rewards: float32[N, K], environment reward of each turn's action; 0 past num_turns.
+      turn_rewards: float32[N, K], the environment's reward for each turn's action; 0 past
+        num_turns.
       turn_valid: bool[N, K], the action parsed to a legal move.
-      turn_verified: float32[N, K], VPR verifier V(s, a) of each action (1/0), NaN where it was
-        not recorded (the rollout did not ask for it, or past num_turns).
-      outcome_reward: float32[N], the episode return (sum of turn rewards).
+      turn_verified: float32[N, K], VPR's verifier V(s_t, a_t) (1/0) of each action; NaN past
+        num_turns.
+      turn_process_scores: float32[N, K], the environment's process score (PATR's heuristic,
+        in [0, 1]) of the trajectory after each turn; NaN past num_turns.
+      state_signatures: object[N, K], RTMC's first-visit signature of the state each action was
+        taken in (str); None past num_turns.
+      action_signatures: object[N, K], RTMC's signature of each action (str); None past
+        num_turns.
+      node_ids: int32[N, K], tree node of each turn (shared by rows with a common history);
+        NO_NODE past num_turns.
+      outcome_reward: float32[N], the environment's return (sum of its turn rewards, summed in
+        float64).
       success: bool[N].
-      truncated: bool[N], ended by the turn limit or a full context rather than by the game.
+      end_reason: int8[N], DONE | TRUNCATED | PRUNED | DISCARDED.
+      context_full: bool[N], ended because the slot's context could not hold another turn.
       num_turns: int32[N].
       num_invalid: int32[N], actions that did not parse to a legal move.
       task_ids: int64[N], the environment seed of each episode (episodes of one task share it).
       group_ids: int32[N], the group an episode belongs to for group-relative advantages.
       episode_ids: int32[N], unique within the rollout.
-      parent_ids: int32[N], episode id of the trajectory this one was forked from; -1 if none.
-      fork_turns: int32[N], the turn at which it was forked (its first own action); -1 if none.
+      parent_ids: int32[N], episode id of the trajectory this one was forked from; NO_PARENT if
+        none.
+      fork_turns: int32[N], the turn at which it was forked (its first own action; the branch
+        turn); NO_PARENT if none.
+      depth: int32[N], forks between the root episode and this one (0 for a root).
       infos: the final `info` dict of every episode (environment metrics included).
     """
 
@@ -51,9 +84,14 @@ class TrajectoryBatch:
     turn_rewards: np.ndarray
     turn_valid: np.ndarray
     turn_verified: np.ndarray
+    turn_process_scores: np.ndarray
+    state_signatures: np.ndarray
+    action_signatures: np.ndarray
+    node_ids: np.ndarray
     outcome_reward: np.ndarray
     success: np.ndarray
-    truncated: np.ndarray
+    end_reason: np.ndarray
+    context_full: np.ndarray
     num_turns: np.ndarray
     num_invalid: np.ndarray
     task_ids: np.ndarray
@@ -61,6 +99,7 @@ class TrajectoryBatch:
     episode_ids: np.ndarray
     parent_ids: np.ndarray
     fork_turns: np.ndarray
+    depth: np.ndarray
     infos: list[dict]
 
     def __len__(self) -> int:
@@ -71,12 +110,55 @@ class TrajectoryBatch:
         """int32[N], generated tokens per episode."""
         return self.action_mask.sum(axis=1).astype(np.int32)
 
+    @property
+    def truncated(self) -> np.ndarray:
+        """bool[N], cut short by the turn limit or a full context rather than ended by the game."""
+        return self.end_reason == TRUNCATED
+
+    @property
+    def played(self) -> np.ndarray:
+        """bool[N, K], the turns each episode played (t < num_turns)."""
+        return np.arange(self.turn_rewards.shape[1])[None, :] < self.num_turns[:, None]
+
+    @property
+    def parent_nodes(self) -> np.ndarray:
+        """int32[N, K], the node each turn's node hangs from (the previous turn's; NO_NODE for the
+        first turn and past num_turns)."""
+        parents = np.full(self.node_ids.shape, NO_NODE, np.int32)
+        parents[:, 1:] = np.where(self.played[:, 1:], self.node_ids[:, :-1], NO_NODE)
+        return parents
+
+    def renumbered(self, group_offset: int, episode_offset: int,
+                   node_offset: int) -> "TrajectoryBatch":
+        """The batch with its group, episode (parent included) and node ids shifted, so that
+        batches of separate rollouts (oversampling rounds) can be concatenated."""
+        return dataclasses.replace(
+            self, group_ids=self.group_ids + group_offset,
+            episode_ids=self.episode_ids + episode_offset,
+            parent_ids=np.where(self.parent_ids >= 0, self.parent_ids + episode_offset,
+                                NO_PARENT).astype(np.int32),
+            node_ids=np.where(self.node_ids >= 0, self.node_ids + node_offset,
+                              NO_NODE).astype(np.int32))
+
     def select(self, indices: Sequence[int]) -> "TrajectoryBatch":
         """The sub-batch of the given rows (in that order)."""
         idx = np.asarray(indices, dtype=np.int64)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return TrajectoryBatch(**{name: ([value[i] for i in idx] if name == "infos" else value[idx])
                                   for name, value in fields.items()})
+
+
+@dataclasses.dataclass
+class TurnRecord:
+    """What the host records for one turn (see `jaxtree.rollout.episode`)."""
+
+    reward: float
+    valid: bool
+    verified: float
+    process_score: float
+    state_signature: str
+    action_signature: str
+    node_id: int
 
 
 @dataclasses.dataclass
@@ -87,18 +169,31 @@ class EpisodeRecord:
     action_mask: np.ndarray   # bool[length]
     logprobs: np.ndarray      # float32[length]
     turn_index: np.ndarray    # int32[length]
-    rewards: list[float]
-    valid: list[bool]
-    verified: list[float]
+    turns: list[TurnRecord]
     success: bool
-    truncated: bool
-    num_invalid: int
+    end_reason: int
+    context_full: bool
     task_id: int
     group_id: int
     episode_id: int
     parent_id: int
     fork_turn: int
+    depth: int
     info: dict[str, Any]
+
+
+# Per-turn fields of TrajectoryBatch: (TurnRecord attribute, dtype, fill past num_turns).
+_TURN_FIELDS = {
+    "turn_rewards": ("reward", np.float32, 0.0),
+    "turn_valid": ("valid", bool, False),
+    "turn_verified": ("verified", np.float32, np.nan),
+    "turn_process_scores": ("process_score", np.float32, np.nan),
+    "state_signatures": ("state_signature", object, None),
+    "action_signatures": ("action_signature", object, None),
+    "node_ids": ("node_id", np.int32, NO_NODE),
+}
+# Per-token fields: fill past each row's length.
+_TOKEN_FILL = {"action_mask": False, "behaviour_logprobs": 0.0, "turn_index": -1}
 
 
 def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
@@ -106,60 +201,60 @@ def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
     if not records:
         raise ValueError("no finished episodes to assemble")
     n = len(records)
-    width = -(-max(len(r.tokens) for r in records) // 8) * 8
-    turns = max(max(len(r.rewards) for r in records), 1)
-    batch = TrajectoryBatch(
-        tokens=np.full((n, width), pad_id, np.int32),
+    width = round_up(max(len(r.tokens) for r in records), 8)
+    turns = max(max(len(r.turns) for r in records), 1)
+    token_arrays = {"tokens": np.full((n, width), pad_id, np.int32),
+                    "action_mask": np.zeros((n, width), bool),
+                    "behaviour_logprobs": np.zeros((n, width), np.float32),
+                    "turn_index": np.full((n, width), -1, np.int32)}
+    turn_arrays = {name: np.full((n, turns), fill, dtype)
+                   for name, (_, dtype, fill) in _TURN_FIELDS.items()}
+    for i, r in enumerate(records):
+        length = len(r.tokens)
+        token_arrays["tokens"][i, :length] = r.tokens
+        token_arrays["action_mask"][i, :length] = r.action_mask
+        token_arrays["behaviour_logprobs"][i, :length] = r.logprobs
+        token_arrays["turn_index"][i, :length] = r.turn_index
+        for name, (attribute, _, _) in _TURN_FIELDS.items():
+            for t, turn in enumerate(r.turns):
+                turn_arrays[name][i, t] = getattr(turn, attribute)
+    return TrajectoryBatch(
+        **token_arrays, **turn_arrays,
         lengths=np.array([len(r.tokens) for r in records], np.int32),
-        action_mask=np.zeros((n, width), bool),
-        behaviour_logprobs=np.zeros((n, width), np.float32),
-        turn_index=np.full((n, width), -1, np.int32),
-        turn_rewards=np.zeros((n, turns), np.float32),
-        turn_valid=np.zeros((n, turns), bool),
-        turn_verified=np.full((n, turns), np.nan, np.float32),
-        outcome_reward=np.array([sum(r.rewards) for r in records], np.float32),
+        outcome_reward=np.array([sum(t.reward for t in r.turns) for r in records], np.float32),
         success=np.array([r.success for r in records], bool),
-        truncated=np.array([r.truncated for r in records], bool),
-        num_turns=np.array([len(r.rewards) for r in records], np.int32),
-        num_invalid=np.array([r.num_invalid for r in records], np.int32),
+        end_reason=np.array([r.end_reason for r in records], np.int8),
+        context_full=np.array([r.context_full for r in records], bool),
+        num_turns=np.array([len(r.turns) for r in records], np.int32),
+        num_invalid=np.array([sum(not t.valid for t in r.turns) for r in records], np.int32),
         task_ids=np.array([r.task_id for r in records], np.int64),
         group_ids=np.array([r.group_id for r in records], np.int32),
         episode_ids=np.array([r.episode_id for r in records], np.int32),
         parent_ids=np.array([r.parent_id for r in records], np.int32),
         fork_turns=np.array([r.fork_turn for r in records], np.int32),
+        depth=np.array([r.depth for r in records], np.int32),
         infos=[r.info for r in records],
     )
-    for i, r in enumerate(records):
-        length, k = len(r.tokens), len(r.rewards)
-        batch.tokens[i, :length] = r.tokens
-        batch.action_mask[i, :length] = r.action_mask
-        batch.behaviour_logprobs[i, :length] = r.logprobs
-        batch.turn_index[i, :length] = r.turn_index
-        batch.turn_rewards[i, :k] = r.rewards
-        batch.turn_valid[i, :k] = r.valid
-        batch.turn_verified[i, :k] = r.verified
-    return batch
 
 
 def concatenate(batches: Sequence[TrajectoryBatch], pad_id: int) -> TrajectoryBatch:
     """Stacks batches row-wise (e.g. several oversampling rounds), padding tokens and turns to the
-    widest. Group and episode ids are kept as they are: callers that merge independent rollouts
-    must have made them unique."""
+    widest. Group, episode and node ids are kept as they are: callers that merge independent
+    rollouts must have made them unique."""
     if not batches:
         raise ValueError("no batches to concatenate")
     width = max(b.tokens.shape[1] for b in batches)
     turns = max(b.turn_rewards.shape[1] for b in batches)
-    token_pad = {"tokens": pad_id, "action_mask": False, "behaviour_logprobs": 0.0,
-                 "turn_index": -1}
-    turn_pad = {"turn_rewards": 0.0, "turn_valid": False, "turn_verified": np.nan}
+    token_fill = dict(_TOKEN_FILL, tokens=pad_id)
+    turn_fill = {name: fill for name, (_, _, fill) in _TURN_FIELDS.items()}
     fields = {}
     for f in dataclasses.fields(TrajectoryBatch):
         values = [getattr(b, f.name) for b in batches]
         if f.name == "infos":
             fields[f.name] = [info for v in values for info in v]
-        elif f.name in token_pad or f.name in turn_pad:
-            target = width if f.name in token_pad else turns
-            fill = token_pad.get(f.name, turn_pad.get(f.name))
+        elif f.name in token_fill or f.name in turn_fill:
+            target = width if f.name in token_fill else turns
+            fill = token_fill.get(f.name, turn_fill.get(f.name))
             fields[f.name] = np.concatenate([
                 np.pad(v, ((0, 0), (0, target - v.shape[1])), constant_values=fill)
                 for v in values])

@@ -1,13 +1,16 @@
-"""Batched sampling with a KV cache; the LATR kernel is `jaxtree.sampling.latr`, its on-device
-edit distance `jaxtree.sampling.edit_distance`."""
+"""Batched sampling with a KV cache; per-row keys and draws in `jaxtree.sampling.randomness`; the
+LATR kernel is the package `jaxtree.sampling.latr`, its on-device edit distance
+`jaxtree.sampling.edit_distance`."""
 
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens, sampling_log_probs
 from jaxtree.sampling.sampler import (CACHE_FULL, EOS, FINISH_REASONS, MAX_TOKENS, STOP_SEQUENCE,
                                       DecodeOutput, Sampler, SampleResult, bucket_batch,
-                                      bucket_length, decode, decode_jit, generate, generate_jit)
+                                      bucket_length, decode, decode_jit, decode_with_uniforms,
+                                      generate, generate_jit)
 
 __all__ = [
     "CACHE_FULL", "EOS", "FINISH_REASONS", "MAX_TOKENS", "STOP_SEQUENCE", "DecodeOutput",
     "SampleResult", "Sampler", "SamplingConfig", "bucket_batch", "bucket_length", "decode",
-    "decode_jit", "generate", "generate_jit", "sample_tokens", "sampling_log_probs",
+    "decode_jit", "decode_with_uniforms", "generate", "generate_jit", "sample_tokens",
+    "sampling_log_probs",
 ]

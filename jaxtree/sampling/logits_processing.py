@@ -11,28 +11,20 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxtree.config import Section, between, non_negative, option
+
 
 @dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-    """How the next token is chosen. Hashable: a static argument of the jitted sampler.
+class SamplingConfig(Section):
+    """How the next token is chosen (config section `rollout.sampling`). Hashable: a static
+    argument of the jitted sampler."""
 
-    Attributes:
-      temperature: softmax temperature; 0 means greedy (argmax).
-      top_k: keep only the k most likely tokens; 0 disables.
-      top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 disables.
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"SamplingConfig.temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
+    temperature: float = option(1.0, "softmax temperature; 0 means greedy (argmax)",
+                                check=non_negative())
+    top_k: int = option(0, "keep only the k most likely tokens; 0 disables",
+                        check=non_negative())
+    top_p: float = option(1.0, "keep the smallest set of most likely tokens whose mass reaches "
+                          "top_p; 1 disables", check=between(0, 1, low_open=True))
 
     @property
     def greedy(self) -> bool:

@@ -3,7 +3,9 @@
 Device side (pure functions):
   `decode(...)`   continues every row of an existing cache from its last logits until each row
                   stops (EOS, a per-row stop sequence, its token budget, or a full cache). The
-                  multi-turn agent loop calls it after appending each observation.
+                  multi-turn agent loop calls it after appending each observation;
+                  `decode_with_uniforms` is the same loop on pre-drawn uniforms (the LATR
+                  kernel's plain phase continues its rows with it).
   `generate(...)` prefills ragged prompts into a fresh cache and decodes, in one compiled program.
 
 Invariant: when a row stops, every token it generated, the stop token included, is in the cache,
@@ -29,6 +31,7 @@ from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, init_cache
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
+from jaxtree.sampling import randomness
 
 # Why a row stopped (DecodeOutput.finish_reason).
 RUNNING, EOS, STOP_SEQUENCE, MAX_TOKENS, CACHE_FULL = 0, 1, 2, 3, 4
@@ -78,7 +81,9 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
       params: model parameters.
       cache: KVCache (capacity S) holding each row's context.
       last_logits: float32[B, V], the model's logits after each row's last cached token.
-      row_keys: [B] PRNG keys; row b's draws depend only on row_keys[b] and its own context.
+      row_keys: [B] PRNG keys; row b's draw at step t is uniform(fold_in(row_keys[b], t))
+        (`randomness.step_uniforms`): it depends on nothing else (not on max_new_tokens, the
+        batch, or other rows).
       budgets: int32[B], max tokens for each row (<= max_new_tokens; 0 = the row is idle).
       stop_sequences: int32[B, M, W], per-row stop token sequences, right-aligned, left-padded with
         -1; an all -1 entry is unused.
@@ -87,14 +92,24 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
     Returns:
       (new cache, DecodeOutput).
     """
+    uniforms = randomness.step_uniforms(row_keys, max_new_tokens)
+    return decode_with_uniforms(config, sampling, max_new_tokens, pad_id, params, cache,
+                                last_logits, uniforms, budgets, stop_sequences, eos_ids)
+
+
+def decode_with_uniforms(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int,
+                         pad_id: int, params, cache: KVCache, last_logits: jax.Array,
+                         uniforms: jax.Array, budgets: jax.Array, stop_sequences: jax.Array,
+                         eos_ids: jax.Array):
+    """`decode` with the draws given: step t samples row b's token with uniforms[b, t].
+
+    uniforms: float32[B, >= max_new_tokens], pre-drawn (`randomness.step_uniforms`); a caller
+    that continues rows mid-sequence passes the columns of its own later steps (the LATR
+    kernel's plain phase). The other arguments and the result are as in `decode`.
+    """
     batch = last_logits.shape[0]
     window_len = stop_sequences.shape[-1]
     model = Transformer(config)
-    # Row b's draw at step t is uniform(fold_in(row_keys[b], t)): it depends on nothing else (not on
-    # max_new_tokens, the batch, or other rows). All draws are made before the loop.
-    steps = jnp.arange(max_new_tokens, dtype=jnp.uint32)
-    uniforms = jax.vmap(lambda key: jax.vmap(
-        lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(steps))(row_keys)  # [B, N]
     # A row with no budget, or whose cache is already full, generates nothing.
     full0 = cache.lengths >= cache.capacity
     done0 = (budgets <= 0) | full0
@@ -149,11 +164,6 @@ def decode(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, p
                                     s["num_generated"], reason, s["logits"], s["step"])
 
 
-def row_keys_for(rng: jax.Array, batch: int) -> jax.Array:
-    """[B] keys, row b's = fold_in(rng, b): a row's draws do not depend on the batch around it."""
-    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, jnp.arange(batch, dtype=jnp.uint32))
-
-
 def generate(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, pad_id: int,
              capacity: int, params, prompt_tokens: jax.Array, prompt_lengths: jax.Array,
              rng: jax.Array, budgets: jax.Array, stop_sequences: jax.Array,
@@ -162,15 +172,16 @@ def generate(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int,
 
     Args:
       prompt_tokens: int32[B, P], right-padded; prompt_lengths: int32[B] (each >= 1).
-      rng: a PRNG key; row b samples with `row_keys_for(rng, B)[b]`.
+      rng: a PRNG key; row b samples with the key fold_in(rng, b) (`randomness.row_keys`), so a
+        row's draws do not depend on the batch around it.
       The other arguments are as in `decode`.
     """
     batch = prompt_tokens.shape[0]
-    row_keys = row_keys_for(rng, batch)
+    keys = randomness.row_keys(rng, jnp.arange(batch, dtype=jnp.uint32))
     cache = init_cache(config, batch, capacity)
     logits, cache = Transformer(config).apply({"params": params}, prompt_tokens, cache,
                                               prompt_lengths, last_only=True)
-    _, out = decode(config, sampling, max_new_tokens, pad_id, params, cache, logits, row_keys,
+    _, out = decode(config, sampling, max_new_tokens, pad_id, params, cache, logits, keys,
                     budgets, stop_sequences, eos_ids)
     return out
 

@@ -1,1 +1,1 @@
-"""Training: supervised warm start, checkpoints (the RL update step joins here)."""
+"""Training: the RL update step, the trainer loop, the supervised warm start, metrics, plots."""

@@ -14,7 +14,8 @@ PANELS = {
     "entropy": ("policy entropy (nats / action token)", [("train/entropy", "entropy")]),
     "kl": ("KL to the reference policy (k3)", [("train/kl", "KL")]),
     "response_length": ("tokens per action", [("rollout/response_tokens", "response tokens")]),
-    "grad_norm": ("gradient norm", [("train/grad_norm", "global norm")]),
+    "grad_norm": ("gradient and update norms", [("train/grad_norm", "gradient"),
+                                                ("train/update_norm", "update (after Adam)")]),
 }
 
 

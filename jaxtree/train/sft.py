@@ -16,6 +16,7 @@ import optax
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.transformer import Transformer
+from jaxtree.utils import round_up
 
 
 def masked_nll(config: ModelConfig, params, tokens: jax.Array, mask: jax.Array):
@@ -71,7 +72,7 @@ def pad_batch(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]
               multiple: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Right-pads to the longest sequence rounded up to `multiple` (few distinct shapes, so few
     compilations, with less padding than powers of two): int32[B, T], bool[B, T]."""
-    width = -(-max(len(s) for s in sequences) // multiple) * multiple
+    width = round_up(max(len(s) for s in sequences), multiple)
     tokens = np.full((len(sequences), width), pad_id, np.int32)
     mask = np.zeros((len(sequences), width), bool)
     for i, (seq, m) in enumerate(zip(sequences, masks)):

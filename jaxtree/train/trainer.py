@@ -1,19 +1,22 @@
-"""The RL training loop: rollout -> rewards -> advantages -> update -> metrics -> eval -> checkpoint.
+"""The RL training loop: it only composes the registered stages of the pipeline.
+
+    tasks -> rollout strategy -> rewards -> group filter -> advantages -> loss / optax update
+          -> metrics -> held-out evaluation -> checkpoint
 
 One training step:
 
-  1. draw `groups_per_step` training tasks and roll out `group_size` episodes of each (the slot
-     engine, independent sampling); with DAPO dynamic sampling, groups whose rewards are all equal
-     are dropped and further rounds of fresh tasks refill the batch (at most
-     `max_sampling_rounds`); with instance filtering only the top `keep_fraction` groups by reward
-     std are kept;
-  2. advantages per episode (GRPO, Dr.GRPO, RLOO) or per turn (GRPO + step reward), placed on the
-     episode's action tokens;
+  1. draw `rollout.groups_per_step` training tasks and let the rollout strategy play them
+     (`jaxtree.rollout.strategies`); the reward terms (`jaxtree.rewards`) score the round and the
+     group filter (`jaxtree.advantages.group_filters`) keeps whole groups; a filter with several
+     rounds (DAPO dynamic sampling) draws fresh tasks until the batch holds `groups_per_step`
+     kept groups or its rounds are spent;
+  2. the advantage function (`jaxtree.advantages`) turns the batch and its rewards into per-token
+     advantages;
   3. the frozen reference policy's log-probs (KL penalty, and the KL diagnostic);
-  4. `epochs` passes over the batch in `num_minibatches` shuffled minibatches, one optimizer step
-     each (clipped surrogate, micro-batch accumulation, sharded over the mesh);
-  5. metrics to JSONL / TensorBoard; held-out evaluation every `eval_every` steps; a checkpoint
-     every `save_every` steps, at the end, and when SIGTERM arrives.
+  4. `train.epochs` passes over the batch in `train.num_minibatches` shuffled minibatches, one
+     optimizer step each (clipped surrogate, micro-batch accumulation, sharded over the mesh);
+  5. metrics to JSONL / TensorBoard; held-out evaluation every `eval.every` steps; a checkpoint
+     every `checkpoint.every` steps, at the end, and when SIGTERM arrives.
 
 Everything random is derived from the step number (rollout keys `fold_in(key, step)`, minibatch
 shuffles from (seed, step)) or checkpointed (the task sampler), so a resumed run reproduces the
@@ -22,33 +25,67 @@ uninterrupted one exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from environments.base import TextEnv
-from jaxtree import advantages as adv
-from jaxtree import evaluation, losses
+from jaxtree import checkpoints, evaluation, losses
+from jaxtree.advantages import build_advantage, build_filter, select_groups
+from jaxtree.config import ConfigError, Section, one_of, option, positive, require
 from jaxtree.policy import Policy
-from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.rollout.independent import sample_independent
-from jaxtree.rollout.latr_rollout import eta_at, num_tree_slots, sample_latr
+from jaxtree.rewards import build_rewards
+from jaxtree.rewards.base import Rewards, concatenate_rewards
+from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.strategies import build_strategy
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
-from jaxtree.sampling.latr import LatrConfig
-from jaxtree.tasks import TaskSampler, eval_seeds
-from jaxtree.train import checkpoints
-from jaxtree.train import mesh as mesh_lib
+from jaxtree.sampling.logits_processing import SamplingConfig
+from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
-from jaxtree.train.update import (UpdateConfig, Updater, make_optimizer, make_schedule)
+from jaxtree.train.update import Updater, optimizer_from_config
+from jaxtree.utils import round_up
+
+if TYPE_CHECKING:
+    from jaxtree.experiment import Experiment
 
 WIDTH_MULTIPLE = 64  # token widths are padded to a multiple of this: few distinct shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Section):
+    """Config section `train`: the RL loop."""
+
+    init: str = option("sft", "'sft': warm start into <workdir>/sft first (config.sft); "
+                       "'model': start from config.model.name", check=one_of(("sft", "model")))
+    steps: int = option(60, "training steps (rollout + update each)", check=positive())
+    seed: int = option(0, "seed of the task sampler, the rollouts and the minibatch shuffles")
+    epochs: int = option(1, "passes over each step's batch", check=positive())
+    num_minibatches: int = option(1, "optimizer steps per pass (shuffled minibatches)",
+                                  check=positive())
+    micro_batch_size: int = option(16, "rows per gradient-accumulation micro-batch (a multiple "
+                                   "of mesh data x fsdp)", check=positive())
+    tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
+
+
+def check_experiment(exp: "Experiment") -> None:
+    """Constraints across sections that the RL loop needs (ConfigError naming the field)."""
+    rollout, train = exp.rollout, exp.train
+    optimizer_steps = train.steps * train.epochs * train.num_minibatches
+    require(exp.optim.warmup_steps <= optimizer_steps, "optim.warmup_steps",
+            f"{exp.optim.warmup_steps} is not in [0, {optimizer_steps}] (the run's optimizer "
+            "steps)")
+    require(rollout.group_size > 1, "rollout.group_size",
+            f"{rollout.group_size} is not >= 2 (group-relative advantages compare the rollouts "
+            "of a task)")
+    require(train.num_minibatches <= rollout.groups_per_step * rollout.group_size,
+            "train.num_minibatches", f"{train.num_minibatches} is more than the "
+            f"{rollout.groups_per_step * rollout.group_size} episodes of a step")
 
 
 def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
@@ -68,140 +105,99 @@ def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
 
 
 class Trainer:
-    """Runs `config.train` on `policy` (its params are the starting point and, frozen, the KL
-    reference). `rollout` and `eval_rollout` configure the slot engines."""
+    """Runs the RL loop of `exp` on `policy` (its params are the starting point and, frozen, the
+    KL reference), writing into `workdir`."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str, policy: Policy,
-                 make_env: Callable[[], TextEnv], rollout: RolloutConfig,
-                 eval_rollout: RolloutConfig, metadata: dict[str, Any]):
-        self.config = config
-        self.t = config.train
+    def __init__(self, exp: "Experiment", workdir: str, policy: Policy,
+                 metadata: dict[str, Any]):
+        check_experiment(exp)
+        self.exp = exp
         self.workdir = workdir
         self.policy = policy
         self.metadata = metadata
-        t = self.t
-        self.schedule = make_schedule(t.learning_rate, warmup_steps=t.warmup_steps,
-                                      total_steps=t.steps * t.epochs * t.num_minibatches,
-                                      schedule=t.lr_schedule)
-        optimizer = make_optimizer(self.schedule, weight_decay=t.weight_decay,
-                                   max_grad_norm=t.max_grad_norm, b1=t.adam_b1, b2=t.adam_b2)
-        mesh = mesh_lib.make_mesh(t.mesh.data, t.mesh.fsdp, t.mesh.tensor)
-        self.updater = Updater(policy.config, optimizer, UpdateConfig(
-            eps_low=t.eps_low, eps_high=t.eps_high, kl_coef=t.kl_coef,
-            entropy_coef=t.entropy_coef, micro_batch_size=t.micro_batch_size), mesh,
-            policy.params)
+        make_env = exp.env.factory()
+        self.strategy = build_strategy(exp.rollout, policy.config, policy.tokenizer, make_env)
+        self.reward_fn = build_rewards(exp.reward)
+        self.group_filter = build_filter(exp.filter)
+        self.advantage_fn = build_advantage(exp.advantage)
+        t = exp.train
+        optimizer, self.schedule = optimizer_from_config(
+            exp.optim, t.steps * t.epochs * t.num_minibatches)
+        try:
+            self.updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size,
+                                   exp.mesh.make(), policy.params)
+        except ValueError as e:
+            raise ConfigError("mesh", str(e)) from e
         self.reference = self.updater.place_params(policy.params)
-        self.engine = SlotEngine(policy.config, policy.tokenizer, make_env, rollout)
-        self.eval_engine = SlotEngine(policy.config, policy.tokenizer, make_env, eval_rollout)
-        self.make_env = make_env
-        self.norm_constant = t.norm_constant or float(
-            rollout.max_action_tokens * (rollout.max_turns or make_env().max_steps))
-        self.checkpointer = checkpoints.TrainCheckpointer(workdir, t.keep_checkpoints)
-        self.rollout_config = rollout
-        if t.strategy == "latr":
-            lc = config.latr
-            self.latr = LatrConfig(k=t.group_size, tau_abs=lc.tau_abs, tau_rel=lc.tau_rel,
-                                   tau_ed=lc.tau_ed, windows=tuple(lc.windows),
-                                   completion=lc.completion)
+        engine = exp.rollout.engine()
+        sampling = engine.sampling
+        self.eval_engine = SlotEngine(policy.config, policy.tokenizer, make_env, dataclasses.replace(
+            engine, sampling=SamplingConfig(exp.eval.temperature, sampling.top_k, sampling.top_p)))
+        self.norm_constant = exp.loss.norm_constant or float(
+            engine.max_action_tokens * (engine.max_turns or make_env().max_steps))
+        self.checkpointer = checkpoints.TrainCheckpointer(workdir, exp.checkpoint.keep)
         self._stop_requested = False
 
-    # ------------------------------------------------------------------ rollout and advantages
+    # ------------------------------------------------------------------ rollout and rewards
 
-    def rollout(self, params, step: int, sampler: TaskSampler) -> tuple[TrajectoryBatch, dict]:
-        """The step's batch of episodes (after filtering) and rollout metrics."""
-        t = self.t
-        step_key = jax.random.fold_in(jax.random.key(t.seed), step)
-        rounds = t.max_sampling_rounds if t.filter == "dynamic_sampling" else 1
-        kept, all_batches, group_offset = [], [], 0
-        for round_index in range(rounds):
-            tasks = sampler.draw(t.groups_per_step)
-            batch, tree_stats = self._sample(params, jax.random.fold_in(step_key, round_index),
-                                             tasks, step)
-            batch.group_ids += group_offset
-            batch.episode_ids += group_offset * t.group_size
-            group_offset += len(tasks)
-            all_batches.append(batch)
-            if t.filter == "dynamic_sampling":
-                batch = batch.select(np.flatnonzero(adv.dynamic_sampling_keep(
-                    batch.outcome_reward, batch.group_ids)))
-            kept.append(batch)
-            if len(np.unique(np.concatenate([b.group_ids for b in kept]))) >= t.groups_per_step:
+    def rollout(self, params, step: int,
+                sampler: TaskSampler) -> tuple[TrajectoryBatch, Rewards, dict]:
+        """The step's batch of episodes after the group filter, its rewards, and metrics."""
+        r = self.exp.rollout
+        step_key = jax.random.fold_in(jax.random.key(self.exp.train.seed), step)
+        sampled, rewards, kept, strategy_metrics = [], [], [], []
+        groups = episodes = nodes = 0
+        for round_index in range(self.group_filter.max_rounds):
+            tasks = sampler.draw(r.groups_per_step)
+            batch, metrics = self.strategy.sample(
+                params, jax.random.fold_in(step_key, round_index), tasks, step)
+            batch = batch.renumbered(groups, episodes, nodes)
+            groups += len(tasks)
+            episodes = int(batch.episode_ids.max()) + 1
+            nodes = max(nodes, int(batch.node_ids.max()) + 1)
+            round_rewards = self.reward_fn(batch)
+            keep = self.group_filter.keep(batch, round_rewards)
+            sampled.append(batch)
+            rewards.append(round_rewards)
+            kept.append(keep)
+            strategy_metrics.append(metrics)
+            kept_groups = np.unique(np.concatenate([b.group_ids[k] for b, k in zip(sampled, kept)]))
+            if len(kept_groups) >= r.groups_per_step:
                 break
         pad = self.policy.tokenizer.pad_id
-        sampled = concatenate(all_batches, pad)
-        batch = concatenate(kept, pad)
-        if t.filter == "dynamic_sampling":
-            keep = np.ones(len(batch), bool)
-            batch = batch.select(adv.select_groups(keep, batch.group_ids, t.groups_per_step))
-        elif t.filter == "top_std":
-            batch = batch.select(np.flatnonzero(adv.top_std_groups_keep(
-                batch.outcome_reward, batch.group_ids, t.keep_fraction)))
-        turns = max(int(sampled.num_turns.sum()), 1)
+        everything = concatenate(sampled, pad)
+        all_rewards = concatenate_rewards(rewards)
+        rows = select_groups(np.concatenate(kept), everything.group_ids, r.groups_per_step)
+        batch, batch_rewards = everything.select(rows), all_rewards.select(rows)
+        turns = max(int(everything.num_turns.sum()), 1)
         metrics = {
-            **group_diversity(sampled),
-            **tree_stats,
-            "rollout/success_rate": float(sampled.success.mean()),
-            "rollout/reward_mean": float(sampled.outcome_reward.mean()),
-            "rollout/turns": float(sampled.num_turns.mean()),
-            "rollout/response_tokens": float(sampled.response_lengths.sum()) / turns,
-            "rollout/invalid_rate": float(sampled.num_invalid.sum()) / turns,
-            "rollout/truncated_rate": float(sampled.truncated.mean()),
-            "rollout/episodes": len(sampled),
-            "rollout/sampling_rounds": len(all_batches),
+            **group_diversity(everything),
+            **{k: float(np.mean([m[k] for m in strategy_metrics])) for k in strategy_metrics[0]},
+            "rollout/success_rate": float(everything.success.mean()),
+            "rollout/reward_mean": float(all_rewards.outcome.mean()),
+            "rollout/turns": float(everything.num_turns.mean()),
+            "rollout/response_tokens": float(everything.response_lengths.sum()) / turns,
+            "rollout/invalid_rate": float(everything.num_invalid.sum()) / turns,
+            "rollout/truncated_rate": float(everything.truncated.mean()),
+            "rollout/episodes": len(everything),
+            "rollout/sampling_rounds": len(sampled),
             "rollout/kept_groups": len(np.unique(batch.group_ids)) if len(batch) else 0,
         }
-        return batch, metrics
-
-    def _sample(self, params, rng, tasks, step: int) -> tuple[TrajectoryBatch, dict]:
-        """One round of `group_size` rollouts per task with the configured strategy."""
-        t = self.t
-        if t.strategy == "independent":
-            return sample_independent(self.engine, params, rng, tasks, t.group_size), {}
-        lc = self.config.latr
-        tree_slots = num_tree_slots(eta_at(step - 1, lc.eta0, lc.gamma,
-                                           tuple(tuple(p) for p in lc.eta_schedule)),
-                                    t.group_size)
-        return sample_latr(self.policy.config, self.policy.tokenizer, self.make_env, params, rng,
-                           tasks, self.latr, tree_slots, self.rollout_config.sampling,
-                           self.rollout_config.max_action_tokens)
-
-    def token_advantages(self, batch: TrajectoryBatch) -> np.ndarray:
-        """float32[N, T] advantages on the action tokens of `batch`."""
-        t = self.t
-        _, groups = np.unique(batch.group_ids, return_inverse=True)
-        num_groups = int(groups.max()) + 1
-        groups = jnp.asarray(groups, jnp.int32)
-        rewards = jnp.asarray(batch.outcome_reward)
-        mask = jnp.asarray(batch.action_mask)
-        if t.advantage in ("grpo", "drgrpo"):
-            a = adv.grpo_advantages(rewards, groups, num_groups, epsilon=t.adv_epsilon,
-                                    normalize_std=t.advantage == "grpo")
-            out = adv.sequence_to_tokens(a, mask)
-        elif t.advantage == "rloo":
-            out = adv.sequence_to_tokens(adv.rloo_advantages(rewards, groups, num_groups), mask)
-        else:  # step_reward: RTMC's "GRPO + step reward" baseline
-            turns = np.arange(batch.turn_valid.shape[1])[None, :] < batch.num_turns[:, None]
-            step_rewards = np.where(batch.turn_valid, t.step_reward_valid,
-                                    -t.step_reward_invalid) * turns
-            a = adv.step_reward_advantages(rewards, jnp.asarray(step_rewards, jnp.float32),
-                                           jnp.asarray(batch.num_turns), groups, num_groups,
-                                           gamma=t.gamma, epsilon=t.adv_epsilon)
-            out = adv.turns_to_tokens(a, jnp.asarray(batch.turn_index), mask)
-        return np.asarray(out, np.float32)
+        return batch, batch_rewards, metrics
 
     # ------------------------------------------------------------------ update
 
     def _minibatch_rows(self, real: int) -> int:
         """Rows of every minibatch: the largest shuffled chunk rounded up to the updater's row
         multiple (a fixed shape for the whole run when the batch size is fixed)."""
-        chunk = -(-real // self.t.num_minibatches)
-        return -(-chunk // self.updater.row_multiple) * self.updater.row_multiple
+        chunk = round_up(real, self.exp.train.num_minibatches) // self.exp.train.num_minibatches
+        return round_up(chunk, self.updater.row_multiple)
 
     def _padded(self, batch: TrajectoryBatch, advantages: np.ndarray,
                 extra_rows: int) -> dict[str, np.ndarray]:
         """The batch's token arrays plus `extra_rows` empty rows (no action token, so no loss)
         and the width rounded up to WIDTH_MULTIPLE."""
-        width = -(-batch.tokens.shape[1] // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+        width = round_up(batch.tokens.shape[1], WIDTH_MULTIPLE)
         def pad(x, fill):
             return np.pad(x, ((0, extra_rows), (0, width - x.shape[1])), constant_values=fill)
         return {"tokens": pad(batch.tokens, self.policy.tokenizer.pad_id),
@@ -211,11 +207,11 @@ class Trainer:
 
     def update(self, state, batch: TrajectoryBatch, advantages: np.ndarray, step: int):
         """`epochs` x `num_minibatches` optimizer steps on the batch; returns (state, metrics)."""
-        t = self.t
+        t = self.exp.train
         real = len(batch)
         rows = self._minibatch_rows(real)
         # enough empty rows to pad any chunk, and a row count the reference pass can split
-        total = -(-(real + rows) // self.updater.row_multiple) * self.updater.row_multiple
+        total = round_up(real + rows, self.updater.row_multiple)
         arrays = self._padded(batch, advantages, total - real)
         arrays["ref_logprobs"] = np.asarray(self.updater.logprobs(self.reference,
                                                                   arrays["tokens"]))
@@ -226,7 +222,8 @@ class Trainer:
                 index = np.concatenate([chunk, np.arange(real, real + rows - len(chunk))])
                 mb = {k: v[index] for k, v in arrays.items()}
                 mb["weights"] = np.asarray(losses.aggregation_weights(
-                    jnp.asarray(mb["action_mask"]), t.loss_aggregation, self.norm_constant))
+                    jnp.asarray(mb["action_mask"]), self.exp.loss.aggregation,
+                    self.norm_constant))
                 state, metrics = self.updater.step(state, mb)
                 collected.append(jax.device_get(metrics))
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
@@ -241,12 +238,8 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(self, params) -> dict[str, float]:
-        """Held-out success and the evaluation metrics on `eval_num_tasks` tasks."""
-        t, k = self.t, self.t.eval_samples_per_task
-        batch = sample_independent(self.eval_engine, params,
-                                   jax.random.key(self.config.eval.seed),
-                                   eval_seeds(t.eval_num_tasks), k)
-        result = evaluation.metrics(evaluation.summaries_from_batch(batch), k)
+        """Held-out success and the evaluation metrics (config section `eval`)."""
+        result = evaluation.evaluate(self.eval_engine, params, self.exp.eval)
         return {f"eval/{key}": value for key, value in result.items()}
 
     # ------------------------------------------------------------------ the loop
@@ -263,7 +256,7 @@ class Trainer:
 
         Returns {'step', 'preempted', 'final_eval', 'initial_eval'} for the caller's summary.
         """
-        t = self.t
+        t = self.exp.train
         sampler = TaskSampler(t.seed)
         state = self.updater.init_state(self.policy.params)
         rng = jax.random.key(t.seed)
@@ -291,7 +284,7 @@ class Trainer:
                        initial=start_step, total=t.steps)
             for step in bar:
                 state, metrics = self.train_step(state, step, sampler)
-                if step % t.eval_every == 0 or step == t.steps:
+                if step % self.exp.eval.every == 0 or step == t.steps:
                     final_eval = self.evaluate(state.params)
                     metrics.update(final_eval)
                 writer.write(step, metrics)
@@ -299,7 +292,7 @@ class Trainer:
                                 kl=f"{metrics['train/kl']:.3f}")
                 preempted = self._stop_requested or (
                     stop_after is not None and step - start_step >= stop_after and step < t.steps)
-                if step % t.save_every == 0 or step == t.steps or preempted:
+                if step % self.exp.checkpoint.every == 0 or step == t.steps or preempted:
                     self._save(state, rng, sampler, step, initial_eval)
                 if preempted:
                     break
@@ -312,22 +305,20 @@ class Trainer:
                 "final_eval": final_eval}
 
     def train_step(self, state, step: int, sampler: TaskSampler):
-        """Rollout, advantages and update of one step; returns (state, metrics)."""
+        """Rollout, rewards, advantages and update of one step; returns (state, metrics)."""
         start = time.perf_counter()
-        batch, metrics = self.rollout(state.params, step, sampler)
+        batch, rewards, metrics = self.rollout(state.params, step, sampler)
         rollout_seconds = time.perf_counter() - start
         if len(batch) == 0:
             logging.warning("step %d: every group was filtered out; no update", step)
             metrics.update({"train/skipped": 1, "train/kl": float("nan")})
         else:
-            advantages = self.token_advantages(batch)
+            advantages = self.advantage_fn(batch, rewards)
             state, update_metrics = self.update(state, batch, advantages, step)
             metrics.update(update_metrics)
         metrics.update({"time/rollout": rollout_seconds,
                         "time/update": time.perf_counter() - start - rollout_seconds,
                         "time/step": time.perf_counter() - start})
-        if self.t.strategy == "independent":
-            metrics["rollout/host_share"] = self.engine.stats.host_share
         return state, metrics
 
     def _save(self, state, rng, sampler: TaskSampler, step: int, initial_eval) -> None:

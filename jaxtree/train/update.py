@@ -32,9 +32,10 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxtree import losses
+from jaxtree.config import Section, between, non_negative, one_of, option, positive
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.transformer import Transformer
-from jaxtree.train import mesh as mesh_lib
+from jaxtree.parallel import mesh as mesh_lib
 
 BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
 
@@ -47,22 +48,22 @@ class TrainState(NamedTuple):
     opt_state: Any
 
 
+SCHEDULES = ("constant", "cosine")
+
+
 @dataclasses.dataclass(frozen=True)
-class UpdateConfig:
-    """Loss hyper-parameters of the update step (see `jaxtree.losses`)."""
+class OptimConfig(Section):
+    """Config section `optim`: AdamW after global-norm clipping, on a warm-up + decay schedule."""
 
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    micro_batch_size: int = 8
-
-    def __post_init__(self):
-        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
-            raise ValueError(f"clip range needs 0 <= eps_low < 1 and eps_high >= 0, got "
-                             f"eps_low={self.eps_low}, eps_high={self.eps_high}")
-        if self.micro_batch_size <= 0:
-            raise ValueError(f"micro_batch_size={self.micro_batch_size} must be positive")
+    learning_rate: float = option(5e-4, "peak learning rate", check=positive())
+    schedule: str = option("constant", "after warm-up: 'constant', or 'cosine' decay to 10%",
+                           check=one_of(SCHEDULES))
+    warmup_steps: int = option(0, "optimizer steps of linear warm-up from 0",
+                               check=non_negative())
+    weight_decay: float = option(0.0, "AdamW weight decay", check=non_negative())
+    max_grad_norm: float = option(1.0, "global gradient-norm clip", check=positive())
+    b1: float = option(0.9, "Adam β1", check=between(0, 1, high_open=True))
+    b2: float = option(0.999, "Adam β2", check=between(0, 1, high_open=True))
 
 
 def make_schedule(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 1,
@@ -74,7 +75,7 @@ def make_schedule(learning_rate: float, *, warmup_steps: int = 0, total_steps: i
         after = optax.cosine_decay_schedule(learning_rate, max(total_steps - warmup_steps, 1),
                                             alpha=0.1)
     else:
-        raise ValueError(f"schedule={schedule!r}: expected 'constant' or 'cosine'")
+        raise ValueError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     if warmup_steps <= 0:
         return after
     warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
@@ -87,6 +88,14 @@ def make_optimizer(schedule: optax.Schedule, *, weight_decay: float = 0.0,
     """Global-norm gradient clipping, then AdamW on `schedule`."""
     return optax.chain(optax.clip_by_global_norm(max_grad_norm),
                        optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+def optimizer_from_config(optim: OptimConfig, total_steps: int):
+    """(optimizer, schedule) of an `optim` section for a run of `total_steps` optimizer steps."""
+    schedule = make_schedule(optim.learning_rate, warmup_steps=optim.warmup_steps,
+                             total_steps=total_steps, schedule=optim.schedule)
+    return make_optimizer(schedule, weight_decay=optim.weight_decay,
+                          max_grad_norm=optim.max_grad_norm, b1=optim.b1, b2=optim.b2), schedule
 
 
 def token_logprobs_and_entropy(model_config: ModelConfig, params, tokens: jax.Array):
@@ -109,15 +118,15 @@ def _micro_batches(x: jax.Array, count: int) -> jax.Array:
     return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _loss_fn(model_config, update_config, params, mb):
+def _loss_fn(model_config, loss_config: losses.LossConfig, params, mb):
     logprobs, entropy = token_logprobs_and_entropy(model_config, params, mb["tokens"])
-    use_kl = update_config.kl_coef > 0
-    use_entropy = update_config.entropy_coef > 0
+    use_kl = loss_config.kl_coef > 0
+    use_entropy = loss_config.entropy_coef > 0
     loss, sums = losses.policy_loss(
         logprobs, mb["old_logprobs"], mb["advantages"], mb["weights"],
-        eps_low=update_config.eps_low, eps_high=update_config.eps_high,
-        ref_logprobs=mb["ref_logprobs"] if use_kl else None, kl_coef=update_config.kl_coef,
-        entropy=entropy if use_entropy else None, entropy_coef=update_config.entropy_coef)
+        eps_low=loss_config.eps_low, eps_high=loss_config.eps_high,
+        ref_logprobs=mb["ref_logprobs"] if use_kl else None, kl_coef=loss_config.kl_coef,
+        entropy=entropy if use_entropy else None, entropy_coef=loss_config.entropy_coef)
     if not use_entropy:  # still report the policy's entropy
         sums["entropy_sum"] = (jax.lax.stop_gradient(entropy) * mb["action_mask"]).sum()
     if not use_kl:
@@ -127,22 +136,23 @@ def _loss_fn(model_config, update_config, params, mb):
 
 
 def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
-                update_config: UpdateConfig, state: TrainState, batch: dict[str, jax.Array],
+                loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
+                batch: dict[str, jax.Array],
                 micro_batch_sharding: NamedSharding | None = None):
     """One optimizer step on one minibatch (the module docstring lists `batch`).
 
     Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
     """
     rows = batch["tokens"].shape[0]
-    if rows % update_config.micro_batch_size:
+    if rows % micro_batch_size:
         raise ValueError(f"minibatch of {rows} rows is not a multiple of micro_batch_size="
-                         f"{update_config.micro_batch_size}")
-    count = rows // update_config.micro_batch_size
+                         f"{micro_batch_size}")
+    count = rows // micro_batch_size
     mbs = {k: _micro_batches(batch[k], count) for k in BATCH_KEYS}
     if micro_batch_sharding is not None:
         mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
                for k, v in mbs.items()}
-    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, update_config),
+    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config),
                                  has_aux=True)
 
     def accumulate(carry, mb):
@@ -164,8 +174,11 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     keep = lambda new, old: jnp.where(finite, new, old)
     params = jax.tree_util.tree_map(keep, new_params, state.params)
     opt_state = jax.tree_util.tree_map(keep, new_opt_state, state.opt_state)
+    # the step actually taken in parameter space (after clipping and Adam's normalisation): a
+    # gradient spike after a stretch of small gradients shows here, amplified
+    update_norm = jnp.where(finite, optax.tree.norm(updates), 0.0)
     metrics = dict(losses.summarize_loss_metrics(sums), loss=loss, grad_norm=grad_norm,
-                   skipped=(~finite).astype(jnp.int32))
+                   update_norm=update_norm, skipped=(~finite).astype(jnp.int32))
     return TrainState(state.step + 1, params, opt_state), metrics
 
 
@@ -179,10 +192,11 @@ class Updater:
     """
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
-                 update_config: UpdateConfig, mesh: Mesh, params_template):
+                 loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
+                 params_template):
         self.model_config = model_config
         self.optimizer = optimizer
-        self.update_config = update_config
+        self.loss_config = loss_config
         self.mesh = mesh
         self.param_shardings = mesh_lib.param_shardings(params_template, mesh)
         opt_template = jax.eval_shape(optimizer.init, params_template)
@@ -192,13 +206,13 @@ class Updater:
                                          mesh))
         self.batch_sharding = mesh_lib.batch_sharding(mesh)
         parallelism = mesh_lib.batch_parallelism(mesh)
-        if update_config.micro_batch_size % parallelism:
-            raise ValueError(f"micro_batch_size={update_config.micro_batch_size} must be a "
+        if micro_batch_size <= 0 or micro_batch_size % parallelism:
+            raise ValueError(f"micro_batch_size={micro_batch_size} must be a positive "
                              f"multiple of the batch parallelism data x fsdp = {parallelism}")
-        self.row_multiple = update_config.micro_batch_size
+        self.row_multiple = micro_batch_size
         mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
         self._step = jax.jit(
-            functools.partial(update_step, model_config, optimizer, update_config,
+            functools.partial(update_step, model_config, optimizer, loss_config, micro_batch_size,
                               micro_batch_sharding=mb_sharding),
             in_shardings=(self.state_shardings, self.batch_sharding),
             out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),

@@ -7,7 +7,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 import jax
 import numpy as np
@@ -63,23 +63,6 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
     }
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Prints and returns a Markdown table."""
-    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    text = "\n".join(lines)
-    print(text)
-    return text
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
-    return str(value)
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -18,7 +18,8 @@ import time
 import numpy as np
 
 import environments
-from launch.benchmarks.common import print_table, write_json
+from jaxtree.utils import print_table
+from launch.benchmarks.common import write_json
 
 CONFIGS = [
     ("frozen_lake", {}),

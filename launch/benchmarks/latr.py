@@ -38,8 +38,8 @@ from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.latr import LatrConfig, latr_generate_jit
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 from jaxtree.sampling.sampler import generate_jit
-from launch.benchmarks.common import (interleaved_median_seconds, machine_info, median_seconds,
-                                      print_table, write_json)
+from jaxtree.utils import print_table
+from launch.benchmarks.common import interleaved_median_seconds, machine_info, median_seconds, write_json
 
 PROMPT_LEN = 16
 NO_EOS = jnp.zeros((0,), jnp.int32)
@@ -65,19 +65,21 @@ def run_plain(config, params, prompts, k: int, n: int, sampling: SamplingConfig)
     return out
 
 
-def run_latr(config, params, prompts, latr: LatrConfig, n: int, sampling: SamplingConfig):
+def run_latr(config, params, prompts, latr: LatrConfig, k: int, n: int,
+             sampling: SamplingConfig):
     groups = prompts.shape[0]
-    out = latr_generate_jit(config, latr, sampling, n, 256, params, jnp.asarray(prompts),
+    out = latr_generate_jit(config, latr, sampling, k, n, 256, params, jnp.asarray(prompts),
                             jnp.full((groups,), PROMPT_LEN, jnp.int32),
-                            jnp.arange(groups, dtype=jnp.int32), jnp.int32(latr.k),
+                            jnp.arange(groups, dtype=jnp.int32), jnp.int32(k),
                             jax.random.key(1), NO_EOS)
     jax.block_until_ready(out.tokens)
     return out
 
 
-def run_python(config, params, prompts, latr: LatrConfig, n: int, sampling: SamplingConfig):
+def run_python(config, params, prompts, latr: LatrConfig, k: int, n: int,
+               sampling: SamplingConfig):
     """The per-row Python variant (see the module docstring). Returns slot-token forwards."""
-    groups, k = prompts.shape[0], latr.k
+    groups = prompts.shape[0]
     rows = groups * k
     model = Transformer(config)
     step_fn = jax.jit(lambda p, t, c, f: model.apply({"params": p}, t[:, None], c, f,
@@ -154,16 +156,17 @@ def run_python(config, params, prompts, latr: LatrConfig, n: int, sampling: Samp
 def run(lengths, prompt_counts, k: int, repeats: int, output: str, with_python: bool = True):
     config, params = peaky_tiny()
     sampling = SamplingConfig(temperature=1.0)
-    latr = LatrConfig(k=k)
+    latr = LatrConfig()
     results, table = [], []
     for n in lengths:
         for groups in prompt_counts:
             prompts = _prompts(groups)
             timed = interleaved_median_seconds(
                 {"plain": lambda: run_plain(config, params, prompts, k, n, sampling),
-                 "latr": lambda: run_latr(config, params, prompts, latr, n, sampling)}, repeats)
+                 "latr": lambda: run_latr(config, params, prompts, latr, k, n, sampling)},
+                repeats)
             (plain_s, plain_t), (latr_s, latr_t) = timed["plain"], timed["latr"]
-            out = jax.device_get(run_latr(config, params, prompts, latr, n, sampling))
+            out = jax.device_get(run_latr(config, params, prompts, latr, k, n, sampling))
             plain_forwards = groups * k * (n - 1)
             latr_forwards = int(out.forwards.sum())
             row = {"max_new_tokens": n, "prompts": groups, "k": k,
@@ -178,10 +181,10 @@ def run(lengths, prompt_counts, k: int, repeats: int, output: str, with_python: 
             python_cell = "-"
             if with_python:
                 start = time.perf_counter()
-                run_python(config, params, prompts, latr, n, sampling)  # compile
+                run_python(config, params, prompts, latr, k, n, sampling)  # compile
                 compile_and_run = time.perf_counter() - start
                 python_s, python_t = median_seconds(
-                    lambda: run_python(config, params, prompts, latr, n, sampling), repeats,
+                    lambda: run_python(config, params, prompts, latr, k, n, sampling), repeats,
                     warmup=0)
                 row.update(python_seconds=python_s, python_times=python_t,
                            python_first_call_seconds=compile_and_run,

@@ -17,10 +17,11 @@ import jax
 import environments
 from jaxtree import models
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.rollout.independent import sample_independent
+from jaxtree.rollout import sample_independent
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
-from launch.benchmarks.common import print_table, write_json
+from jaxtree.utils import print_table
+from launch.benchmarks.common import write_json
 
 
 def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output: str) -> None:
@@ -43,8 +44,7 @@ def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output
                  "generated_tokens_per_s": st.generated_tokens / wall,
                  "processed_tokens_per_s": (st.generated_tokens + st.observation_tokens) / wall,
                  "host_share": st.host_seconds / wall, "device_share": st.device_seconds / wall,
-                 "tokenize_seconds": st.tokenize_seconds, "env_seconds": st.env_seconds,
-                 "detokenize_seconds": st.detokenize_seconds,
+                 "start_seconds": st.start_seconds, "env_seconds": st.env_seconds,
                  "other_host_seconds": st.other_host_seconds,
                  "device_seconds": st.device_seconds, "engine_turns": st.turns}
         results.append(entry)

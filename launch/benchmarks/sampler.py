@@ -22,8 +22,8 @@ import numpy as np
 from jaxtree import models
 from jaxtree.sampling import Sampler, SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
-from launch.benchmarks.common import (copy_bandwidth, machine_info, matmul_flops, median_seconds,
-                                      print_table, write_json)
+from jaxtree.utils import print_table
+from launch.benchmarks.common import copy_bandwidth, machine_info, matmul_flops, median_seconds, write_json
 
 
 def _hf_generate_fn(hf_model, prompts: np.ndarray, new_tokens: int, pad_id: int):

@@ -18,10 +18,11 @@ import jax
 import numpy as np
 
 from jaxtree import losses, models
-from jaxtree.train.mesh import make_mesh
-from jaxtree.train.update import UpdateConfig, Updater, make_optimizer, make_schedule
-from launch.benchmarks.common import (machine_info, matmul_flops, median_seconds, print_table,
-                                      write_json)
+from jaxtree.parallel.mesh import make_mesh
+from jaxtree.losses import LossConfig
+from jaxtree.train.update import Updater, make_optimizer, make_schedule
+from jaxtree.utils import print_table
+from launch.benchmarks.common import machine_info, matmul_flops, median_seconds, write_json
 
 
 def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -39,7 +40,7 @@ def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarr
 
 def _step_flops(config, params, batch, rows: int) -> float:
     updater = Updater(config, make_optimizer(make_schedule(1e-4)),
-                      UpdateConfig(kl_coef=0.01, micro_batch_size=rows), make_mesh(), params)
+                      LossConfig(kl_coef=0.01), rows, make_mesh(), params)
     state = jax.eval_shape(updater.init_state, params)
     placed = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
     return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
@@ -55,7 +56,7 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
         flops = _step_flops(config, params, batch, rows)
         for micro in micro_batches:
             updater = Updater(config, make_optimizer(make_schedule(1e-4)),
-                              UpdateConfig(kl_coef=0.01, micro_batch_size=micro), make_mesh(),
+                              LossConfig(kl_coef=0.01), micro, make_mesh(),
                               params)
             state = [updater.init_state(params)]
             placed = {k: jax.device_put(v, updater.batch_sharding) for k, v in batch.items()}

@@ -7,6 +7,7 @@ from typing import Sequence
 import jax
 
 from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 
@@ -24,3 +25,20 @@ def sample_independent(engine: SlotEngine, params, rng: jax.Array, task_ids: Seq
             engine.add_episode(task, group_id=group)
     engine.run()
     return engine.collect()
+
+
+@STRATEGIES.register("independent")
+class Independent:
+    """`group_size` independent episodes per task on the slot engine (GRPO's rollout group)."""
+
+    def __init__(self, settings: None, context: RolloutContext):
+        del settings  # no settings
+        self.group_size = context.group_size
+        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
+                                 context.rollout)
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
+               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+        del step  # the same at every step
+        batch = sample_independent(self.engine, params, rng, tasks, self.group_size)
+        return batch, {"rollout/host_share": self.engine.stats.host_share}

@@ -1,0 +1,13 @@
+"""Registered rollout strategies (`config.rollout.strategy`): independent, latr.
+
+Importing this package registers the built-in strategies; see `base` for the protocol.
+"""
+
+from jaxtree.rollout.strategies import independent, latr  # noqa: F401  (registration)
+from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, RolloutStage,
+                                             RolloutStrategy, build_strategy)
+from jaxtree.rollout.strategies.independent import sample_independent
+from jaxtree.rollout.strategies.latr import LatrRolloutConfig, eta_at, num_tree_slots, sample_latr
+
+__all__ = ["STRATEGIES", "LatrRolloutConfig", "RolloutContext", "RolloutStage", "RolloutStrategy",
+           "build_strategy", "eta_at", "num_tree_slots", "sample_independent", "sample_latr"]

@@ -1,0 +1,81 @@
+"""The rollout stage: the strategy protocol, its registry and the `rollout` config section.
+
+A rollout strategy turns a step's tasks into a batch of trajectories, `group_size` (or, for tree
+methods, a variable number of) episodes per task:
+
+    strategy = build_strategy(stage, context)
+    batch, metrics = strategy.sample(params, rng, tasks, step)
+
+`tasks` are environment seeds; group g of the batch holds the episodes of tasks[g]. `step` is the
+training step (strategies whose behaviour is annealed, like LATR's hybrid fraction, read it).
+Metrics are floats to log under the strategy's own prefix (e.g. `latr/`).
+
+A new strategy is a class (or any object with `sample`) registered with its typed settings:
+
+    @STRATEGIES.register("my_tree", MyTreeConfig)
+    def my_tree(settings: MyTreeConfig, context: RolloutContext) -> RolloutStrategy: ...
+
+after which `--config.rollout.strategy=my_tree` selects it and `config.rollout.my_tree.*` holds
+its settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol, Sequence
+
+import jax
+
+from environments.base import TextEnv
+from jaxtree.config import Registry, one_of, option, positive
+from jaxtree.models.config import ModelConfig
+from jaxtree.rollout.engine import RolloutConfig
+from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.tokenizers import Tokenizer
+
+STRATEGIES = Registry("rollout strategy")
+
+
+class RolloutStrategy(Protocol):
+    def sample(self, params: Any, rng: jax.Array, tasks: Sequence[int],
+               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+        """Episodes of every task (group g = tasks[g]) and the strategy's metrics."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutContext:
+    """What every strategy is built with: the policy's architecture and tokenizer, the
+    environment, the engine settings and the group size."""
+
+    model_config: ModelConfig
+    tokenizer: Tokenizer
+    make_env: Callable[[], TextEnv]
+    rollout: RolloutConfig
+    group_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutStage(RolloutConfig):
+    """Config section `rollout`: the slot engine, the strategy and the batch shape per step.
+
+    A step rolls out `groups_per_step` tasks x `group_size` rollouts with the strategy."""
+
+    PARTS = {"strategy": STRATEGIES}
+
+    strategy: str = option("independent", "how a step's episodes are generated (a registered "
+                           "rollout strategy)", check=one_of(STRATEGIES.names))
+    groups_per_step: int = option(8, "tasks per training step (rollout groups)",
+                                  check=positive())
+    group_size: int = option(8, "rollouts per task", check=positive())
+
+    def engine(self) -> RolloutConfig:
+        """The slot engine's part of the section."""
+        fields = {f.name for f in dataclasses.fields(RolloutConfig)}
+        return RolloutConfig(**{k: v for k, v in self.to_dict().items() if k in fields})
+
+
+def build_strategy(stage: RolloutStage, model_config: ModelConfig, tokenizer: Tokenizer,
+                   make_env: Callable[[], TextEnv]) -> RolloutStrategy:
+    """The configured strategy, built with its settings (`config.rollout.<strategy>`)."""
+    context = RolloutContext(model_config, tokenizer, make_env, stage.engine(), stage.group_size)
+    return STRATEGIES.build(stage.strategy, stage.part_settings(stage.strategy), context=context)

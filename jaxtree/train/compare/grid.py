@@ -1,0 +1,217 @@
+"""Grid files (format: configs/grids/README.md): loading and validating one, and reading a field's
+default from the experiment config it names."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+from types import ModuleType
+from typing import Any, Mapping
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+DEFAULT_METRICS = ("eval/success_rate", "eval/pass@1")
+DEFAULT_SEED_FIELD = "train.seed"
+DEFAULT_STEPS_FIELD = "train.steps"
+DEFAULT_INIT_FIELD = "train.init"
+# Overrides that change the warm start: a key ending in "." is a prefix, any other is exact.
+DEFAULT_WARM_START_FIELDS = ("env.", "model.", "sft.", "rollout.context_length")
+
+GRID_KEYS = ("config", "variants", "seeds", "seed_field", "overrides", "metrics", "title",
+             "steps_field", "init_field", "warm_start_fields", "lower_is_better")
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
+_FIELD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class GridError(ValueError):
+    """Bad input (a grid file, a flag) or a refusal; the message is one line for the user."""
+
+
+@dataclasses.dataclass
+class Grid:
+    """A loaded grid file; `config` is an absolute path."""
+    path: str
+    config: str
+    variants: dict[str, dict[str, Any]]
+    seeds: tuple[int, ...]
+    seed_field: str = DEFAULT_SEED_FIELD
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    title: str = ""
+    steps_field: str = DEFAULT_STEPS_FIELD
+    init_field: str = DEFAULT_INIT_FIELD
+    warm_start_fields: tuple[str, ...] = DEFAULT_WARM_START_FIELDS
+    lower_is_better: tuple[str, ...] = ()
+
+    @property
+    def config_arg(self) -> str:
+        """The config path as commands show it: relative to the repository root when inside."""
+        return display_path(self.config)
+
+
+def display_path(path: str) -> str:
+    rel = os.path.relpath(path, REPO_ROOT)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def import_file(path: str, module_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def flatten_overrides(overrides: Mapping | None, where: str, prefix: str = "") -> dict[str, Any]:
+    """{"train": {"steps": 5}, "loss.kl_coef": 0} -> {"train.steps": 5, "loss.kl_coef": 0}."""
+    if overrides is None:
+        return {}
+    if hasattr(overrides, "to_dict"):
+        overrides = overrides.to_dict()
+    if not isinstance(overrides, Mapping):
+        raise GridError(f"{where} must be a dict of dotted config fields -> values, "
+                        f"not {type(overrides).__name__}")
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        field = f"{prefix}{key}"
+        if not isinstance(key, str) or not _FIELD.match(field):
+            raise GridError(f"{where}: {field!r} is not a dotted config field name")
+        if hasattr(value, "to_dict"):
+            value = value.to_dict()
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_overrides(value, where, field + "."))
+        else:
+            flat[field] = value
+    return flat
+
+
+def _as_tuple(value: Any, where: str, kind: type) -> tuple:
+    if isinstance(value, kind):
+        value = (value,)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise GridError(f"{where} must be a non-empty tuple")
+    for v in value:
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise GridError(f"{where}: {v!r} is not a{'n int' if kind is int else ' string'}")
+    if len(set(value)) != len(value):
+        raise GridError(f"{where} has duplicates: {list(value)}")
+    return tuple(value)
+
+
+def _get_grid(path: str) -> Mapping:
+    """What the grid file's `get_grid()` returns, as a dict with known keys only."""
+    name = "_jaxtree_grid_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    try:
+        module = import_file(path, name)
+    except Exception as e:  # noqa: BLE001 - any error in the user's file is reported in one line
+        raise GridError(f"grid file {path} failed to load: {type(e).__name__}: {e}") from e
+    if not callable(getattr(module, "get_grid", None)):
+        raise GridError(f"grid file {path} defines no get_grid() function")
+    try:
+        raw = module.get_grid()
+    except Exception as e:  # noqa: BLE001
+        raise GridError(f"get_grid() of {path} failed: {type(e).__name__}: {e}") from e
+    if hasattr(raw, "to_dict"):
+        raw = raw.to_dict()
+    if not isinstance(raw, Mapping):
+        raise GridError(f"get_grid() of {path} must return a dict, not {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(GRID_KEYS))
+    if unknown:
+        raise GridError(f"grid {path}: unknown key(s) {unknown}; expected some of "
+                        f"{list(GRID_KEYS)}")
+    return raw
+
+
+def _config_path(raw: Mapping, path: str) -> str:
+    """The grid's `config`, a relative one resolved in the grid file's parent's parent
+    (configs/grids/x.py -> configs/)."""
+    config = raw.get("config")
+    if not isinstance(config, str) or not config:
+        raise GridError(f"grid {path}: 'config' (the experiment config file) is required")
+    base = os.path.dirname(os.path.dirname(path))
+    config_path = os.path.normpath(config if os.path.isabs(config) else os.path.join(base, config))
+    if not os.path.isfile(config_path):
+        raise GridError(f"grid {path}: config file not found: {config_path} (a relative 'config' "
+                        f"is resolved in {base})")
+    return config_path
+
+
+def _variants(raw: Mapping, path: str) -> dict[str, dict[str, Any]]:
+    variants = raw.get("variants")
+    if hasattr(variants, "to_dict"):
+        variants = variants.to_dict()
+    if isinstance(variants, (list, tuple)):
+        try:
+            variants = dict(variants)
+        except (TypeError, ValueError) as e:
+            raise GridError(f"grid {path}: 'variants' must be a dict name -> overrides") from e
+    if not isinstance(variants, Mapping) or not variants:
+        raise GridError(f"grid {path} has no variants: 'variants' must be a non-empty dict "
+                        f"name -> overrides")
+    flat = {}
+    for name, overrides in variants.items():
+        if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+            raise GridError(f"grid {path}: variant name {name!r} must be letters, digits and "
+                            f"_ . + = - (it names a directory)")
+        flat[name] = flatten_overrides(overrides, f"grid {path}: variant {name!r}")
+    return flat
+
+
+def load_grid(path: str) -> Grid:
+    """Imports a grid file and validates what its `get_grid()` returns (GridError if bad)."""
+    if not os.path.isfile(path):
+        raise GridError(f"grid file not found: {path}")
+    path = os.path.abspath(path)
+    raw = _get_grid(path)
+    config = _config_path(raw, path)
+    variants = _variants(raw, path)
+    seed_field = raw.get("seed_field", DEFAULT_SEED_FIELD)
+    if not isinstance(seed_field, str) or not _FIELD.match(seed_field):
+        raise GridError(f"grid {path}: seed_field {seed_field!r} is not a dotted config field")
+    overrides = flatten_overrides(raw.get("overrides"), f"grid {path}: overrides")
+    for where, over in [("overrides", overrides)] + [(f"variant {v!r}", o)
+                                                      for v, o in variants.items()]:
+        if seed_field in over:
+            raise GridError(f"grid {path}: {where} sets the seed field {seed_field}; seeds come "
+                            f"from 'seeds'")
+
+    def fields(key: str, default: tuple) -> tuple:
+        return _as_tuple(raw[key], f"grid {path}: {key}", str) if key in raw else default
+
+    return Grid(
+        path=path, config=config, variants=variants,
+        seeds=_as_tuple(raw.get("seeds", (0,)), f"grid {path}: seeds", int),
+        seed_field=seed_field, overrides=overrides,
+        metrics=fields("metrics", DEFAULT_METRICS),
+        title=str(raw.get("title") or os.path.splitext(os.path.basename(path))[0]),
+        steps_field=str(raw.get("steps_field", DEFAULT_STEPS_FIELD)),
+        init_field=str(raw.get("init_field", DEFAULT_INIT_FIELD)),
+        warm_start_fields=fields("warm_start_fields", DEFAULT_WARM_START_FIELDS),
+        lower_is_better=fields("lower_is_better", ()) if raw.get("lower_is_better") else (),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _experiment_config(config_path: str) -> Any:
+    try:
+        name = "_jaxtree_compare_config_" + hashlib.sha1(config_path.encode()).hexdigest()[:8]
+        return import_file(config_path, name).get_config()
+    except Exception:  # noqa: BLE001 - the harness still works, with weaker checks
+        return None
+
+
+def config_default(config_path: str, field: str) -> Any:
+    """The value of a dotted `field` in the experiment config file (its `get_config()`), or None
+    when the file cannot be loaded here or has no such field (the caller then falls back)."""
+    node = _experiment_config(config_path)
+    for part in field.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError, AttributeError, IndexError):
+            return None
+    return node

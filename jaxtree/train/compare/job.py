@@ -1,0 +1,107 @@
+"""The whole `launch.compare` job: load the grid, refuse mixed results, run what is not finished
+(or only print it), aggregate."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Callable, Sequence, TextIO
+
+from jaxtree.train.compare.grid import GridError, load_grid
+from jaxtree.train.compare.plan import Run, plan_runs
+from jaxtree.train.compare.results import aggregate, aggregation_seeds, markdown_table, \
+    metric_file_name, write_results
+from jaxtree.train.compare.runner import Runner, SubprocessRunner, stop_requested
+from jaxtree.train.compare.runs import Failure, OutputLock, check_recorded, execute, is_built, \
+    run_state
+
+
+def parse_seeds(values: Sequence[str] | None) -> tuple[int, ...] | None:
+    if not values:
+        return None
+    try:
+        seeds = tuple(int(v) for v in values)
+    except ValueError as e:
+        raise GridError(f"--seeds must be integers, got {','.join(values)}") from e
+    if len(set(seeds)) != len(seeds):
+        raise GridError(f"--seeds has duplicates: {','.join(values)}")
+    return seeds
+
+
+def print_plan(todo: Sequence[Run], say: Callable[[str], None]) -> None:
+    """--dry_run: each run's state and, unless finished, its command (and its warm start's)."""
+    shown = set()
+    for run in todo:
+        state = run_state(run)
+        ws = run.warm_start
+        if ws is not None and ws.key not in shown and state != "finished":
+            shown.add(ws.key)
+            built = is_built(ws)
+            say(f"# warm start {ws.key}: {'built' if built else 'to build'}")
+            if not built:
+                say(shlex.join(ws.argv))
+        say(f"# {run.label}: {state}{' (skipped)' if state == 'finished' else ''}")
+        if state != "finished":
+            say(shlex.join(run.argv))
+
+
+def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] | None = None,
+                seeds: Sequence[str] | None = None, aggregate_only: bool = False,
+                dry_run: bool = False, runner: Runner | None = None,
+                stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """The whole `launch.compare` job. Returns the exit status: 0, 1 (some run failed), 2 (bad
+    input or a refusal, reported in one line on `stderr`) or 130 (stopped by a signal)."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    runner = runner or SubprocessRunner(echo=stdout)
+
+    def say(text: str) -> None:
+        print(text, file=stdout, flush=True)
+
+    try:
+        if not grid_path:
+            raise GridError("--grid is required")
+        if not out:
+            raise GridError("--out is required")
+        grid = load_grid(grid_path)
+        selected = list(grid.variants)
+        if only:
+            unknown = [v for v in only if v not in grid.variants]
+            if unknown:
+                raise GridError(f"unknown variant(s) in --only: {', '.join(unknown)}; the grid "
+                                f"has {', '.join(grid.variants)}")
+            selected = [v for v in grid.variants if v in set(only)]
+        run_seeds = parse_seeds(seeds)
+        todo = plan_runs(grid, out, selected, run_seeds)
+        # Aggregation covers every variant and every seed planned now or found under <out>.
+        all_runs = [r for v in grid.variants
+                    for r in plan_runs(grid, out, [v],
+                                       aggregation_seeds(grid, out, v, run_seeds or ()))]
+        check_recorded(all_runs, ("finished",), out)
+        if not aggregate_only:
+            check_recorded(todo, ("finished", "resume"), out)
+        if dry_run:
+            print_plan(todo, say)
+            return 0
+        failures: list[Failure] = []
+        if not aggregate_only:
+            with OutputLock(os.path.abspath(out)):
+                failures = execute(todo, runner, say)
+        results = aggregate(grid, all_runs)
+        write_results(results, os.path.abspath(out))
+    except GridError as e:
+        print(f"compare: error: {e}", file=stderr, flush=True)
+        return 2
+    say("")
+    say(markdown_table(results))
+    say(f"\nwrote {os.path.join(out, 'results.md')}, results.json and "
+        f"{', '.join(metric_file_name(m) for m in grid.metrics)}")
+    if stop_requested(runner):
+        say("compare: stopped by a signal; run the same command again to resume")
+    if failures:
+        say(f"\ncompare: {len(failures)} failure(s):")
+        for failure in failures:
+            say(failure.report())
+        return 1
+    return 130 if stop_requested(runner) else 0

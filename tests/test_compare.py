@@ -1,0 +1,363 @@
+"""The comparison harness (jaxtree.train.compare, launch.compare), with a fake runner: no JAX."""
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from jaxtree.train import compare
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CONFIG = """
+import ml_collections
+
+def get_config():
+    c = ml_collections.ConfigDict()
+    c.env = dict(name="frozen_lake", options={})
+    c.model = dict(name="tiny")
+    c.sft = dict(epsilon=0.2, steps=10)
+    c.rollout = dict(context_length=256, temperature=1.0)
+    c.train = dict(init="sft", steps=4, seed=0, kl_coef=0.0, eval_every=2)
+    return c
+"""
+
+# (variant, seed) -> eval/success_rate at steps 0, 2, 4 (pass@1 is half of it)
+CURVES = {("a", 0): (0.2, 0.7, 0.6), ("a", 1): (0.4, 0.5, 0.8),
+          ("b", 0): (0.1, 0.2, 0.3), ("b", 1): (0.3, 0.2, 0.5)}
+
+
+class FakeRunner:
+    """Writes what launch.sft / launch.train would leave behind, from CURVES."""
+
+    def __init__(self, fail=(), preempt=()):
+        self.calls = []
+        self.fail = set(fail)
+        self.preempt = set(preempt)
+
+    def jobs(self, job):
+        return [c for c in self.calls if c[0] == job]
+
+    def __call__(self, argv, workdir, log_path):
+        job = argv[argv.index("-m") + 1]
+        flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
+        os.makedirs(workdir, exist_ok=True)
+        variant = os.path.basename(os.path.dirname(workdir))
+        seed = int(flags.get("config.train.seed", -1))
+        self.calls.append((job, variant, seed))
+        with open(log_path, "a") as log:
+            log.write(f"fake {job} {workdir}\n")
+            if job == "launch.sft":
+                if "warm_start" in self.fail:
+                    log.write("RuntimeError: no demonstrations\n")
+                    return 1
+                os.makedirs(os.path.join(workdir, "checkpoints", "10"), exist_ok=True)
+                return 0
+            assert os.path.isdir(os.path.join(workdir, "sft", "checkpoints")) or \
+                flags.get("config.train.init") == "model"
+            if (variant, seed) in self.fail:
+                log.write("Traceback (most recent call last):\nValueError: boom\n")
+                return 3
+            steps = int(flags.get("config.train.steps", 4))
+            curve = CURVES.get((variant, seed), (0.0, 0.5, 1.0))
+            preempted = (variant, seed) in self.preempt
+            self.preempt.discard((variant, seed))
+            done = steps // 2 if preempted else steps
+            with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+                for i, step in enumerate(range(0, done + 1, steps // 2)):
+                    f.write(json.dumps({"step": step, "eval/success_rate": curve[i],
+                                        "eval/pass@1": curve[i] / 2}) + "\n")
+                    if step < done:
+                        f.write(json.dumps({"step": step + 1, "train/kl": 0.01}) + "\n")
+            with open(os.path.join(workdir, "train_summary.json"), "w") as f:
+                json.dump({"step": done, "preempted": preempted, "seconds": 1.0}, f)
+        return 0
+
+
+def make_grid(tmp_path, variants=None, name="g", **extra):
+    """configs/exp.py and configs/grids/<name>.py under tmp_path; returns the grid path."""
+    configs = tmp_path / "configs"
+    (configs / "grids").mkdir(parents=True, exist_ok=True)
+    (configs / "exp.py").write_text(CONFIG)
+    grid = dict(config="exp.py", seeds=(0, 1), title="test grid",
+                variants=variants if variants is not None else
+                {"a": {"loss.kl_coef": 0.0}, "b": {"loss.kl_coef": 0.1}})
+    grid.update(extra)
+    path = configs / "grids" / f"{name}.py"
+    path.write_text(f"def get_grid():\n    return {grid!r}\n")
+    return str(path)
+
+
+def run(grid, out, runner=None, **kwargs):
+    stdout, stderr = io.StringIO(), io.StringIO()
+    rc = compare.run_compare(grid, str(out), runner=runner or FakeRunner(), stdout=stdout,
+                             stderr=stderr, **kwargs)
+    return rc, stdout.getvalue(), stderr.getvalue()
+
+
+# ----------------------------------------------------------------------------- statistics
+
+T_TABLE = {(0.975, 1): 12.706204736174694, (0.975, 2): 4.302652729749462,   # scipy.stats.t.ppf
+           (0.975, 4): 2.7764451051977934, (0.975, 9): 2.262157162798205,
+           (0.975, 30): 2.0422724563012378, (0.995, 3): 5.840909309733355,
+           (0.9, 1): 3.0776835371752544}
+
+
+def test_t_quantile_matches_reference_values():
+    for (p, df), expected in T_TABLE.items():
+        assert compare.t_quantile(p, df) == pytest.approx(expected, rel=1e-9)
+        assert compare.t_quantile(1 - p, df) == pytest.approx(-expected, rel=1e-9)
+    assert compare.t_quantile(0.5, 3) == 0.0
+    rng = np.random.default_rng(0)
+    for p, df in zip(rng.uniform(0.5005, 0.9995, 40), rng.uniform(0.5, 200, 40)):
+        assert compare.t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-8)
+
+
+def test_mean_ci_matches_numpy_on_random_inputs():
+    rng = np.random.default_rng(1)
+    for n in range(2, 25):
+        values = rng.normal(rng.uniform(-5, 5), rng.uniform(0.01, 3), size=n)
+        ci = compare.mean_ci(values)
+        t = scipy_stats.t.ppf(0.975, n - 1)
+        assert ci.n == n and ci.mean == pytest.approx(np.mean(values), rel=1e-12, abs=1e-12)
+        assert ci.half_width == pytest.approx(t * np.std(values, ddof=1) / math.sqrt(n), rel=1e-9)
+    # a hand-computed case: [0.6, 0.8] -> 0.7 ± 12.7062 * 0.141421 / 1.41421
+    ci = compare.mean_ci([0.6, 0.8])
+    assert (ci.mean, ci.n) == (pytest.approx(0.7), 2)
+    assert ci.half_width == pytest.approx(1.2706204736, rel=1e-9)
+    assert compare.mean_ci([0.5]) == compare.Interval(0.5, None, 1)
+    assert compare.mean_ci([]) == compare.Interval(None, None, 0)
+
+
+def test_values_render_as_ml_collections_parses_them():
+    assert compare.render_value("model") == "model"     # a quoted string would keep its quotes
+    assert compare.render_value((20, 30)) == "(20, 30)"
+    assert compare.render_value([7]) == "(7,)"
+    assert compare.render_value(5e-4) == "0.0005"
+    assert compare.render_value(True) == "True"
+    assert compare.render_value(60) == "60"
+
+
+# ----------------------------------------------------------------------------- the grid
+
+def test_grid_loading_resolves_the_config_in_the_configs_directory(tmp_path):
+    grid = compare.load_grid(make_grid(tmp_path, variants={
+        "z": {"train": {"steps": 8}}, "a": {"loss.kl_coef": 0.01}}, overrides={"sft.steps": 2}))
+    assert grid.config == str(tmp_path / "configs" / "exp.py")
+    assert list(grid.variants) == ["z", "a"]                     # grid order, not sorted
+    assert grid.variants["z"] == {"train.steps": 8}              # nested dicts are flattened
+    assert (grid.seeds, grid.seed_field, grid.metrics) == ((0, 1), "train.seed",
+                                                           compare.DEFAULT_METRICS)
+    runs = compare.plan_runs(grid, tmp_path / "out")
+    assert [(r.variant, r.seed, r.steps) for r in runs] == [("z", 0, 8), ("z", 1, 8),
+                                                            ("a", 0, 4), ("a", 1, 4)]
+    assert runs[1].argv[1:] == [
+        "-m", "launch.train", f"--config={grid.config}",
+        f"--workdir={tmp_path / 'out' / 'runs' / 'z' / 'seed_1'}", "--config.sft.steps=2",
+        "--config.train.steps=8", "--config.train.seed=1"]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "grid file not found"),
+    ("no_variants", "has no variants"),
+    ("only", "unknown variant(s) in --only: nope"),
+    ("no_get_grid", "defines no get_grid()"),
+    ("seed_in_variant", "sets the seed field train.seed"),
+    ("bad_seeds", "--seeds must be integers"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
+    grid = make_grid(tmp_path, variants={} if case == "no_variants" else
+                     {"a": {"train.seed": 3}} if case == "seed_in_variant" else None)
+    kwargs = {}
+    if case == "missing":
+        grid = str(tmp_path / "nothing.py")
+    elif case == "only":
+        kwargs["only"] = ["a", "nope"]
+    elif case == "no_get_grid":
+        open(grid, "w").write("GRID = {}\n")
+    elif case == "bad_seeds":
+        kwargs["seeds"] = ["0", "x"]
+    runner = FakeRunner()
+    rc, out, err = run(grid, tmp_path / "out", runner, **kwargs)
+    assert rc == 2 and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert runner.calls == [] and not (tmp_path / "out").exists()
+
+
+def test_front_end_bad_input_and_dry_run(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "launch.compare",
+                           f"--grid={tmp_path / 'missing.py'}", f"--out={tmp_path / 'out'}"],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"compare: error: grid file not found: {tmp_path / 'missing.py'}"
+    grid = make_grid(tmp_path, variants={"a": {}, "m": {"train.init": "model"}})
+    proc = subprocess.run([sys.executable, "-m", "launch.compare", f"--grid={grid}",
+                           f"--out={tmp_path / 'out'}", "--dry_run", "--seeds=5"],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    commands = [line for line in lines if not line.startswith("#")]
+    assert len(commands) == 3                         # one warm start, two runs
+    assert " -m launch.sft " in commands[0] and "seed" not in commands[0]
+    assert commands[1].endswith(f"--workdir={tmp_path / 'out' / 'runs' / 'a' / 'seed_5'} "
+                                f"--config.train.seed=5")
+    assert "--config.train.init=model" in commands[2]
+    assert "# variant=m seed=5: new" in lines
+    assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- running
+
+def test_warm_starts_are_shared_and_linked(tmp_path):
+    fields = compare.DEFAULT_WARM_START_FIELDS
+    key = compare.warm_start_key
+    base = {"loss.kl_coef": 0.0, "sft.steps": 5, "rollout.context_length": 128, "train.seed": 0}
+    assert key("c.py", base) == key("c.py", {**base, "loss.kl_coef": 0.1, "train.seed": 3,
+                                             "rollout.sampling.temperature": 0.5,
+                                             "optim.learning_rate": 1.0})
+    assert key("c.py", base) == key("c.py", dict(reversed(list(base.items()))))
+    assert key("c.py", base) != key("c.py", {**base, "sft.steps": 6})
+    assert key("c.py", base) != key("c.py", {**base, "rollout.context_length": 256})
+    assert key("c.py", base) != key("c.py", {**base, "model.name": "small"})
+    assert key("c.py", base) != key("d.py", base)
+    assert compare.warm_start_overrides(base, fields) == {"sft.steps": 5,
+                                                          "rollout.context_length": 128}
+
+    grid = make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.0}, "b": {"loss.kl_coef": 0.1},
+                                         "c": {"sft.epsilon": 0.5}, "m": {"train.init": "model"}})
+    runner = FakeRunner()
+    rc, out, err = run(grid, tmp_path / "out", runner)
+    assert rc == 0, out + err
+    assert [c[1] for c in runner.jobs("launch.sft")] == ["warm_starts"] * 2   # built once each
+    assert len(runner.jobs("launch.train")) == 8
+    links = {v: os.path.realpath(tmp_path / "out" / "runs" / v / "seed_1" / "sft") for v in "abc"}
+    assert links["a"] == links["b"] != links["c"]
+    assert os.path.dirname(links["a"]) == str(tmp_path / "out" / "warm_starts")
+    assert os.path.islink(tmp_path / "out" / "runs" / "a" / "seed_0" / "sft")
+    assert not os.path.lexists(tmp_path / "out" / "runs" / "m" / "seed_0" / "sft")
+    record = json.loads((tmp_path / "out" / "runs" / "c" / "seed_0" / "run.json").read_text())
+    assert record["overrides"] == {"sft.epsilon": 0.5, "train.seed": 0}
+    assert record["warm_start"] == os.path.basename(links["c"])
+    ws = json.loads((tmp_path / "out" / "warm_starts" / record["warm_start"] /
+                     "warm_start.json").read_text())
+    assert ws["complete"] and ws["overrides"] == {"sft.epsilon": 0.5}
+
+
+def test_second_invocation_skips_finished_and_resumes_unfinished(tmp_path):
+    grid = make_grid(tmp_path)
+    runner = FakeRunner(preempt={("b", 1)})
+    rc, out, _ = run(grid, tmp_path / "out", runner)
+    assert rc == 1 and "FAILED run variant=b seed=1: exit code 0 but not finished" in out
+    assert len(runner.jobs("launch.train")) == 4
+    runner = FakeRunner()
+    rc, out, _ = run(grid, tmp_path / "out", runner)
+    assert rc == 0, out
+    assert runner.calls == [("launch.train", "b", 1)]       # no warm start, no finished run
+    assert "[1/4] variant=a seed=0: finished, skipped" in out
+    assert "variant=b seed=1: resuming" in out
+    record = json.loads((tmp_path / "out" / "runs" / "b" / "seed_1" / "run.json").read_text())
+    assert record["attempts"] == 2 and record["returncode"] == 0
+    assert run(grid, tmp_path / "out", FakeRunner())[0] == 0
+
+
+def test_refuses_when_a_finished_run_was_made_with_other_overrides(tmp_path):
+    grid = make_grid(tmp_path)
+    assert run(grid, tmp_path / "out")[0] == 0
+    make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.05}, "b": {"loss.kl_coef": 0.1}})
+    for kwargs in ({}, {"aggregate_only": True}, {"dry_run": True}):
+        runner = FakeRunner()
+        rc, _, err = run(grid, tmp_path / "out", runner, **kwargs)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert "refusing to mix results" in err and "runs/a/seed_0" in err
+        assert "loss.kl_coef: recorded 0.0, grid 0.05" in err and "runs/b" not in err
+        assert runner.calls == []
+
+
+def test_a_failing_run_is_reported_and_the_others_still_run(tmp_path):
+    grid = make_grid(tmp_path)
+    runner = FakeRunner(fail={("a", 0)})
+    rc, out, _ = run(grid, tmp_path / "out", runner)
+    assert rc == 1
+    assert len(runner.jobs("launch.train")) == 4
+    report = out[out.index("failure(s):"):]
+    assert "FAILED run variant=a seed=0: exit code 3" in report
+    assert "runs/a/seed_0/log.txt" in report and "| ValueError: boom" in report
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["variants"]["a"]["runs"] == 1
+    assert results["variants"]["a"]["missing_seeds"] == [0]
+    assert "| a | 1 | 0.400 (n=1) |" in out
+
+
+def test_aggregation_outputs_and_hand_checked_values(tmp_path):
+    grid = make_grid(tmp_path)
+    rc, out, _ = run(grid, tmp_path / "out")
+    assert rc == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    a = results["variants"]["a"]
+    assert a["seeds"]["1"]["metrics"]["eval/success_rate"]["final"] == 0.8
+    assert a["seeds"]["0"]["metrics"]["eval/success_rate"]["best"] == 0.7
+    assert a["seeds"]["0"]["metrics"]["eval/success_rate"]["best_step"] == 2
+    cells = a["cells"]["eval/success_rate"]
+    assert cells["initial"]["mean"] == pytest.approx(0.3)
+    assert cells["final"]["mean"] == pytest.approx(0.7)
+    assert cells["final"]["ci"] == pytest.approx(1.2706204736, rel=1e-8)   # t(.975, 1) s/√2
+    assert cells["best"]["mean"] == pytest.approx(0.75)
+    assert cells["best"]["ci"] == pytest.approx(0.6353102368, rel=1e-8)
+    assert cells["delta"] == {"mean": pytest.approx(0.4), "ci": pytest.approx(0.0, abs=1e-12),
+                              "n": 2}
+    assert a["cells"]["eval/pass@1"]["final"]["mean"] == pytest.approx(0.35)
+    assert [p["step"] for p in a["curves"]["eval/success_rate"]] == [0, 2, 4]
+    assert a["curves"]["eval/success_rate"][1]["mean"] == pytest.approx(0.6)
+
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| variant | runs | eval/success_rate initial | eval/success_rate final | " \
+           "eval/success_rate best | eval/success_rate final − initial |" in table
+    assert "| a | 2 | 0.300 ± 1.271 | 0.700 ± 1.271 | 0.750 ± 0.635 | 0.400 ± 0.000 |" in table
+    assert "| a | 2 | 0.300 ± 1.271 |" in out                 # printed too
+    for name in ("curves_eval_success_rate.png", "curves_eval_pass_1.png"):
+        assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # --aggregate_only rebuilds the same results without running anything
+    os.remove(tmp_path / "out" / "results.md")
+    runner = FakeRunner()
+    rc, _, _ = run(grid, tmp_path / "out", runner, aggregate_only=True)
+    assert rc == 0 and runner.calls == [] and (tmp_path / "out" / "results.md").exists()
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == results
+
+
+def test_only_and_seeds_select_runs_and_aggregation_covers_all(tmp_path):
+    grid = make_grid(tmp_path)
+    runner = FakeRunner()
+    rc, out, _ = run(grid, tmp_path / "out", runner, only=["b"], seeds=["1"])
+    assert rc == 0 and runner.jobs("launch.train") == [("launch.train", "b", 1)]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["variants"]["b"]["runs"] == 1 and results["variants"]["a"]["runs"] == 0
+    assert "| a | 0 | – |" in out and "| b | 1 | 0.300 (n=1) |" in out
+
+
+def test_a_failed_warm_start_fails_its_runs_only(tmp_path):
+    grid = make_grid(tmp_path, variants={"a": {}, "m": {"train.init": "model"}}, seeds=(0,))
+    runner = FakeRunner(fail={"warm_start"})
+    rc, out, _ = run(grid, tmp_path / "out", runner)
+    assert rc == 1 and runner.calls == [("launch.sft", "warm_starts", -1),
+                                        ("launch.train", "m", 0)]
+    assert "FAILED warm start" in out and "| RuntimeError: no demonstrations" in out
+    assert "FAILED run variant=a seed=0: not started: warm start" in out
+
+
+def test_subprocess_runner_tees_output_and_returns_the_exit_code(tmp_path):
+    echo = io.StringIO()
+    runner = compare.SubprocessRunner(echo=echo)
+    argv = [sys.executable, "-c", "import sys; print('hello'); sys.exit(3)"]
+    assert runner(argv, str(tmp_path / "w"), str(tmp_path / "w" / "log.txt")) == 3
+    assert "hello" in echo.getvalue()
+    log = (tmp_path / "w" / "log.txt").read_text()
+    assert "hello" in log and log.rstrip().endswith("=== exit code 3")
+    assert compare.log_tail(str(tmp_path / "w" / "log.txt"), 2) == ["hello", "=== exit code 3"]

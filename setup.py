@@ -35,7 +35,7 @@ setup(
     extras_require={
         # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the
         # reference implementation in parity tests and the baseline in benchmarks.
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "editdistance"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "editdistance"],
         "tb": ["tensorboard"],  # the TensorBoard viewer
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],

@@ -1,5 +1,6 @@
 """The LATR kernel against a plain-Python Algorithm 1, descendant removal, completion, sharding."""
 
+import functools
 import textwrap
 
 import jax
@@ -48,19 +49,23 @@ def _run(config, params, latr, k, prompts, lengths, n, k_tree=None, seed=0,
         jax.random.key(seed), jnp.asarray([EOS], jnp.int32)))
 
 
-def _next_probs_fn(config, params, prompt, n):
-    width = len(prompt) + n
+REFERENCE_WIDTH = 32  # prompt + generated tokens of every reference call, padded: one compilation
 
-    @jax.jit
-    def probs(tokens, position):
-        logits = models.forward(config, params, tokens[None])[0, position]
-        return jax.nn.softmax(logits)
+
+@functools.partial(jax.jit, static_argnums=0)
+def _probs_at(config, params, tokens, position):
+    """softmax of the logits after tokens[:position + 1] (a full forward, no cache)."""
+    return jax.nn.softmax(models.forward(config, params, tokens[None])[0, position])
+
+
+def _next_probs_fn(config, params, prompt, n):
+    assert len(prompt) + n <= REFERENCE_WIDTH
 
     def next_probs(generated):
         seq = list(prompt) + list(generated)
-        padded = np.zeros(width, np.int32)
+        padded = np.zeros(REFERENCE_WIDTH, np.int32)
         padded[:len(seq)] = seq
-        return np.asarray(probs(jnp.asarray(padded), len(seq) - 1))
+        return np.asarray(_probs_at(config, params, jnp.asarray(padded), len(seq) - 1))
     return next_probs
 
 
@@ -294,8 +299,7 @@ def test_config_is_a_validated_hashable_section():
 
 _SHARDED = textwrap.dedent("""
     import os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["JAX_PLATFORMS"] = "cpu"  # XLA_FLAGS: 8 fake devices (fake_devices.run_script)
     sys.path.insert(0, {tests!r})
     import jax, jax.numpy as jnp, numpy as np
     from jaxtree import models

@@ -102,22 +102,36 @@ def test_sft_rejects_invalid_config_values(tmp_path):
 
 @pytest.mark.parametrize("config", ["sokoban_sft", "countdown_sft", "tictactoe_sft",
                                     "sudoku4_sft", "minesweeper_sft"])
-def test_every_environment_config_warm_starts(config, tmp_path):
-    """The warm start runs for every environment with an oracle (two steps each, in process)."""
+def test_every_environment_config_demonstrates_within_its_context(config):
+    """Every warm-start config validates, and its noise-free oracle demonstrations play the whole
+    episode within the configured context and train on exactly the oracle's answers (the SFT step itself is
+    exercised end to end by test_sft_then_evaluate)."""
     import importlib.util
 
+    import numpy as np
+
     from jaxtree.experiment import Experiment
-    from jaxtree.train.warm_start import warm_start
+    from jaxtree.rollout import conversation
+    from jaxtree.rollout.demonstrations import demonstrate
+    from jaxtree.tokenizers import ByteTokenizer
 
     spec = importlib.util.spec_from_file_location(config, f"configs/{config}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    cfg = module.get_config()
-    cfg.sft.num_episodes, cfg.sft.steps, cfg.sft.warmup_steps, cfg.sft.batch_size = 8, 2, 1, 4
-    exp = Experiment.from_config(cfg)
-    path = warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
-                      str(tmp_path), {"job": "sft"})
-    assert path.endswith("checkpoints/2")
+    exp = Experiment.from_config(module.get_config())
+    tokenizer, env, replay = ByteTokenizer(), exp.env.factory()(), exp.env.factory()()
+    for seed in range(3):
+        demo = demonstrate(env, tokenizer, seed, 0.0, np.random.default_rng(seed),
+                           exp.rollout.context_length)
+        assert len(demo.tokens) <= exp.rollout.context_length
+        replay.reset(seed)
+        expected = []
+        while not replay.done:
+            text = replay.answer_text(replay.oracle_action())
+            expected += conversation.action_tokens(tokenizer, text)
+            replay.step(text)
+        assert [t for t, m in zip(demo.tokens, demo.loss_mask) if m] == expected
+        assert demo.success == replay.success and demo.num_turns == replay.num_steps
 
 
 @pytest.mark.slow

@@ -58,6 +58,14 @@ def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef):
     return sum(rows) / len(rows)
 
 
+# One jitted update step for the whole file (model config, optimizer, loss config and micro-batch
+# size static): the aggregation modes differ only in the weights, so they share compilations.
+_update_step = jax.jit(update_step, static_argnums=(0, 1, 2, 3))
+# plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would turn
+# float noise in near-zero gradient entries into full-size steps); one object, so one cache key
+SGD = optax.sgd(1.0)
+
+
 def _state(updater_like_params, optimizer):
     from jaxtree.train.update import TrainState
     return TrainState(jnp.zeros((), jnp.int32), updater_like_params,
@@ -68,11 +76,9 @@ def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
     config, params = tiny
     batch = _with_weights(_random_batch(config))
     loss_config = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.05)
-    # plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would
-    # turn float noise in near-zero gradient entries into full-size steps)
-    optimizer = optax.sgd(1.0)
-    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2, 3))(
-        config, optimizer, loss_config, 2, _state(params, optimizer), batch)
+    optimizer = SGD
+    state, metrics = _update_step(config, optimizer, loss_config, 2, _state(params, optimizer),
+                                  batch)
 
     loss, grads = jax.value_and_grad(lambda p: _direct_loss(config, p, batch, 0.2, 0.28, 0.05))(
         params)
@@ -89,10 +95,9 @@ def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
 def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
     config, params = tiny
     batch = _with_weights(_random_batch(config, rows=8, seed=1), mode, 40.0)
-    optimizer = optax.sgd(1.0)  # params move by exactly the accumulated gradient
-    step = jax.jit(update_step, static_argnums=(0, 1, 2, 3))
-    results = [step(config, optimizer, LossConfig(kl_coef=0.01, entropy_coef=0.01), size,
-                    _state(params, optimizer), batch) for size in (1, 4, 8)]
+    optimizer = SGD  # params move by exactly the accumulated gradient
+    results = [_update_step(config, optimizer, LossConfig(kl_coef=0.01, entropy_coef=0.01), size,
+                            _state(params, optimizer), batch) for size in (1, 4, 8)]
     for state, metrics in results[1:]:
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
                                state.params, results[0][0].params)
@@ -106,8 +111,8 @@ def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
     batch["advantages"] = batch["advantages"].copy()
     batch["advantages"][0, batch["action_mask"][0]] = np.nan
     optimizer = make_optimizer(make_schedule(1e-3))
-    state, metrics = jax.jit(update_step, static_argnums=(0, 1, 2, 3))(
-        config, optimizer, LossConfig(), 4, _state(params, optimizer), batch)
+    state, metrics = _update_step(config, optimizer, LossConfig(), 4, _state(params, optimizer),
+                                  batch)
     assert int(metrics["skipped"]) == 1
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), state.params, params)
     assert int(state.step) == 1
@@ -138,8 +143,7 @@ def test_parameter_shardings_follow_the_logical_rules(tiny):
 
 _SHARDED_SCRIPT = textwrap.dedent("""
     import os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["JAX_PLATFORMS"] = "cpu"  # XLA_FLAGS: 8 fake devices (fake_devices.run_script)
     import jax, jax.numpy as jnp, numpy as np
     sys.path.insert(0, {tests!r})
     from test_train import _random_batch, _with_weights

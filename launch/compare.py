@@ -12,6 +12,10 @@ DIR/results.json and DIR/curves_<metric>.png: mean ± 95% CI over seeds of the i
 best evaluation of each run. The grid format is in configs/grids/README.md; the logic is
 `jaxtree.train.compare`.
 
+Before anything runs, every variant x seed is validated as the typed experiment launch.train would
+build (an unknown field or an invalid value is refused in one line naming the variant and the
+field).
+
 --only restricts which variants run and --seeds which seeds (default: the grid's); the results
 cover every variant of the grid and every seed with a finished run. --aggregate_only only
 rewrites the results; --dry_run prints the commands that would run and changes nothing.

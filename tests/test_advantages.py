@@ -412,6 +412,26 @@ def test_top_std_ties_across_group_sizes():
     assert top_std_groups_keep(rewards[::-1], ids[::-1], 0.5).tolist() == [0] * 4 + [1] * 6
 
 
+def test_top_std_groups_of_equal_inexact_rewards_have_zero_std():
+    # [0.1, 0.1, 0.1] (0.1 is not exactly representable) and [5, 5] both have std 0: the tie goes
+    # to the lower id, whichever group that is and in whichever row order.
+    for first, second in [([0.1] * 3, [5.0] * 2), ([5.0] * 2, [0.1] * 3),
+                          ([0.3] * 7, [0.7] * 3), ([1 / 3] * 5, [2.0])]:
+        rewards = np.array(first + second)
+        ids = np.array([0] * len(first) + [1] * len(second))
+        keep = top_std_groups_keep(rewards, ids, 0.5)
+        assert keep.tolist() == [True] * len(first) + [False] * len(second)
+        assert top_std_groups_keep(rewards[::-1], ids[::-1], 0.5)[::-1].tolist() == keep.tolist()
+
+
+def test_grpo_epsilon_must_be_positive():
+    rewards, ids = np.array([1.0, 1.0, 0.0]), np.array([0, 0, 0])
+    with pytest.raises(ValueError, match="epsilon=0.0 must be positive"):
+        grpo_advantages(rewards, ids, 1, epsilon=0.0)
+    # Dr.GRPO divides by nothing: epsilon is irrelevant there
+    assert np.all(np.isfinite(grpo_advantages(rewards, ids, 1, epsilon=0.0, normalize_std=False)))
+
+
 def test_select_groups_hand_worked():
     # Kept groups in order of first appearance: 6 (row 1), 2 (row 2), 8 (row 5); group 4 is
     # not kept. One group wanted -> rows of 6 (not of 2, the smallest id): [1, 3]. Two wanted ->

@@ -7,6 +7,7 @@ import re
 import shutil
 import struct
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -227,7 +228,7 @@ def test_sharded_checkpoint_roundtrips(sharded, tiny):
     assert (sharded / INDEX).exists() and not (sharded / WEIGHTS).exists()
     loaded_config, loaded = models.load_pretrained(str(sharded))
     assert loaded_config == config
-    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded, params)
+    chex.assert_trees_all_equal(loaded, params)
 
 
 def test_index_lists_missing_shard(sharded):
@@ -376,7 +377,7 @@ def test_tied_checkpoint_with_lm_head_still_loads(ckpt, hf_llama_dir):
     assert config.tie_word_embeddings
     assert "lm_head" not in params
     _, reference = models.load_pretrained(str(hf_llama_dir))
-    jax.tree_util.tree_map(np.testing.assert_array_equal, params, reference)
+    chex.assert_trees_all_equal(params, reference)
 
 
 def test_rotary_inv_freq_tensors_are_ignored(ckpt, hf_llama_dir):
@@ -387,7 +388,7 @@ def test_rotary_inv_freq_tensors_are_ignored(ckpt, hf_llama_dir):
     _write_tensors(ckpt, tensors)
     _, params = models.load_pretrained(str(ckpt))
     _, reference = models.load_pretrained(str(hf_llama_dir))
-    jax.tree_util.tree_map(np.testing.assert_array_equal, params, reference)
+    chex.assert_trees_all_equal(params, reference)
 
 
 # ----------------------------------------------------------------------------- save_pretrained

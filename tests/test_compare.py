@@ -1,4 +1,5 @@
-"""The comparison harness (jaxtree.train.compare, launch.compare), with a fake runner: no JAX."""
+"""The comparison harness (jaxtree.train.compare, launch.compare), with a fake runner: nothing is
+trained (the grid's variants are validated as typed experiments, which imports JAX)."""
 
 import io
 import json
@@ -16,15 +17,15 @@ from jaxtree.train import compare
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIG = """
-import ml_collections
+from jaxtree.experiment import base_config
 
 def get_config():
-    c = ml_collections.ConfigDict()
-    c.env = dict(name="frozen_lake", options={})
-    c.model = dict(name="tiny")
-    c.sft = dict(epsilon=0.2, steps=10)
-    c.rollout = dict(context_length=256, temperature=1.0)
-    c.train = dict(init="sft", steps=4, seed=0, kl_coef=0.0, eval_every=2)
+    c = base_config("frozen_lake", dict(), context_length=256, max_action_tokens=8, epsilon=0.2)
+    c.sft.steps = 10
+    c.sft.warmup_steps = 0
+    c.train.init = "{init}"
+    c.train.steps = {steps}
+    c.eval.every = 2
     return c
 """
 
@@ -36,10 +37,11 @@ CURVES = {("a", 0): (0.2, 0.7, 0.6), ("a", 1): (0.4, 0.5, 0.8),
 class FakeRunner:
     """Writes what launch.sft / launch.train would leave behind, from CURVES."""
 
-    def __init__(self, fail=(), preempt=()):
+    def __init__(self, fail=(), preempt=(), steps=4, init="sft"):
         self.calls = []
         self.fail = set(fail)
         self.preempt = set(preempt)
+        self.steps, self.init = steps, init      # the config file's train.steps and train.init
 
     def jobs(self, job):
         return [c for c in self.calls if c[0] == job]
@@ -60,11 +62,11 @@ class FakeRunner:
                 os.makedirs(os.path.join(workdir, "checkpoints", "10"), exist_ok=True)
                 return 0
             assert os.path.isdir(os.path.join(workdir, "sft", "checkpoints")) or \
-                flags.get("config.train.init") == "model"
+                flags.get("config.train.init", self.init) == "model"
             if (variant, seed) in self.fail:
                 log.write("Traceback (most recent call last):\nValueError: boom\n")
                 return 3
-            steps = int(flags.get("config.train.steps", 4))
+            steps = int(flags.get("config.train.steps", self.steps))
             curve = CURVES.get((variant, seed), (0.0, 0.5, 1.0))
             preempted = (variant, seed) in self.preempt
             self.preempt.discard((variant, seed))
@@ -80,11 +82,12 @@ class FakeRunner:
         return 0
 
 
-def make_grid(tmp_path, variants=None, name="g", **extra):
-    """configs/exp.py and configs/grids/<name>.py under tmp_path; returns the grid path."""
+def make_grid(tmp_path, variants=None, name="g", init="sft", steps=4, **extra):
+    """configs/exp.py (CONFIG: train.init `init`, train.steps `steps`) and
+    configs/grids/<name>.py under tmp_path; returns the grid path."""
     configs = tmp_path / "configs"
     (configs / "grids").mkdir(parents=True, exist_ok=True)
-    (configs / "exp.py").write_text(CONFIG)
+    (configs / "exp.py").write_text(CONFIG.format(init=init, steps=steps))
     grid = dict(config="exp.py", seeds=(0, 1), title="test grid",
                 variants=variants if variants is not None else
                 {"a": {"loss.kl_coef": 0.0}, "b": {"loss.kl_coef": 0.1}})
@@ -170,6 +173,7 @@ def test_grid_loading_resolves_the_config_in_the_configs_directory(tmp_path):
     ("no_get_grid", "defines no get_grid()"),
     ("seed_in_variant", "sets the seed field train.seed"),
     ("bad_seeds", "--seeds must be integers"),
+    ("bad_config", "exp.py failed to load: RuntimeError: broken"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
     grid = make_grid(tmp_path, variants={} if case == "no_variants" else
@@ -183,11 +187,85 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
         open(grid, "w").write("GRID = {}\n")
     elif case == "bad_seeds":
         kwargs["seeds"] = ["0", "x"]
+    elif case == "bad_config":
+        (tmp_path / "configs" / "exp.py").write_text(
+            "def get_config():\n    raise RuntimeError('broken')\n")
     runner = FakeRunner()
     rc, out, err = run(grid, tmp_path / "out", runner, **kwargs)
     assert rc == 2 and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert runner.calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"loss.kl_coeff": 0.1}, "config.loss.kl_coeff: unknown field (given 0.1); loss has "
+                             "aggregation, norm_constant, eps_low, eps_high, kl_coef, entropy_coef"),
+    ({"train.init": "scratch"}, "config.train.init: 'scratch' is not one of ('sft', 'model')"),
+    ({"loss.kl_coef": -1.0}, "config.loss.kl_coef: -1.0 is not non-negative"),
+    ({"train.steps": "many"}, "config.train.steps: cannot set 'many': Could not override field "
+                              "'steps' (reference). many is of original type <class 'str'> and "
+                              "cannot be casted to type <class 'int'>"),
+    ({"rollout.group_size": 1}, "config.rollout.group_size: 1 is not >= 2 (group-relative "
+                                "advantages compare the rollouts of a task)"),   # check_experiment
+    ({"train.kl_coef": 0.1}, "config.train.kl_coef: moved to config.loss.kl_coef"),
+])
+def test_an_invalid_variant_is_refused_before_anything_runs(tmp_path, overrides, message):
+    grid = make_grid(tmp_path, variants={"a": {}, "kl": overrides})
+    runner = FakeRunner()
+    rc, out, err = run(grid, tmp_path / "out", runner)
+    assert rc == 2 and err == f"compare: error: grid {grid}: variant 'kl': {message}\n", err
+    assert runner.calls == [] and out == "" and not (tmp_path / "out").exists()
+    with pytest.raises(compare.GridError, match="variant 'kl'"):
+        compare.load_grid(grid)
+
+
+@pytest.mark.parametrize("kwargs", [{"only": ["a"]}, {"dry_run": True}, {"aggregate_only": True},
+                                    {"seeds": ["7"]}])
+def test_every_variant_of_a_real_config_is_validated_whatever_runs(tmp_path, kwargs):
+    """configs/frozen_lake_grpo.py: a misspelt field in a variant that --only leaves out, or with
+    --dry_run / --aggregate_only, is still refused before anything runs."""
+    grid = make_grid(tmp_path, config=os.path.join(REPO, "configs", "frozen_lake_grpo.py"),
+                     variants={"a": {}, "kl": {"loss.kl_coeff": 0.01}})
+    runner = FakeRunner()
+    rc, out, err = run(grid, tmp_path / "out", runner, **kwargs)
+    assert rc == 2 and out == "" and runner.calls == [] and not (tmp_path / "out").exists()
+    assert err == (f"compare: error: grid {grid}: variant 'kl': config.loss.kl_coeff: unknown "
+                   f"field (given 0.01); loss has aggregation, norm_constant, eps_low, eps_high, "
+                   f"kl_coef, entropy_coef\n")
+
+
+def test_the_grid_overrides_and_the_seed_field_are_validated_too(tmp_path):
+    grid = make_grid(tmp_path, overrides={"eval.evry": 5})
+    rc, _, err = run(grid, tmp_path / "out")
+    assert rc == 2 and err.startswith(f"compare: error: grid {grid}: variant 'a': "
+                                      f"config.eval.evry: unknown field (given 5)")
+    grid = make_grid(tmp_path, seed_field="train.sed")
+    rc, _, err = run(grid, tmp_path / "out")
+    assert rc == 2 and err.startswith(f"compare: error: grid {grid}: variant 'a': "
+                                      f"config.train.sed: unknown field (given 0)")
+    grid = make_grid(tmp_path, overrides={"train.steps": 20})      # the variants' own checks
+    grid_b = make_grid(tmp_path, name="h", overrides={"train.steps": 2},
+                       variants={"a": {}, "warm": {"optim.warmup_steps": 5}})
+    assert run(grid, tmp_path / "out", dry_run=True)[0] == 0
+    rc, _, err = run(grid_b, tmp_path / "out", dry_run=True)
+    assert rc == 2 and err == (f"compare: error: grid {grid_b}: variant 'warm': "
+                               f"config.optim.warmup_steps: 5 is not in [0, 2] (the run's "
+                               f"optimizer steps)\n")
+
+
+def test_steps_and_init_come_from_the_real_config_file_unless_overridden(tmp_path):
+    config = os.path.join(REPO, "configs", "frozen_lake_grpo.py")
+    grid = compare.load_grid(make_grid(tmp_path, config=config, seeds=(0,), variants={
+        "default": {}, "short": {"train.steps": 6}, "from_model": {"train.init": "model"}}))
+    assert grid.config == config and grid.config_arg == "configs/frozen_lake_grpo.py"
+    runs = compare.plan_runs(grid, tmp_path / "out")
+    assert [(r.variant, r.steps) for r in runs] == [("default", 60), ("short", 6),
+                                                    ("from_model", 60)]
+    default, short, from_model = runs
+    assert default.warm_start is short.warm_start is not None     # train.init = 'sft' there
+    assert from_model.warm_start is None
+    assert default.argv[4:] == [f"--workdir={tmp_path / 'out' / 'runs' / 'default' / 'seed_0'}",
+                                "--config.train.seed=0"]
 
 
 def test_front_end_bad_input_and_dry_run(tmp_path):
@@ -216,7 +294,7 @@ def test_front_end_bad_input_and_dry_run(tmp_path):
 # ----------------------------------------------------------------------------- running
 
 def test_warm_starts_are_shared_and_linked(tmp_path):
-    fields = compare.DEFAULT_WARM_START_FIELDS
+    assert compare.WARM_START_FIELDS == ("env.", "model.", "sft.", "rollout.context_length")
     key = compare.warm_start_key
     base = {"loss.kl_coef": 0.0, "sft.steps": 5, "rollout.context_length": 128, "train.seed": 0}
     assert key("c.py", base) == key("c.py", {**base, "loss.kl_coef": 0.1, "train.seed": 3,
@@ -227,8 +305,8 @@ def test_warm_starts_are_shared_and_linked(tmp_path):
     assert key("c.py", base) != key("c.py", {**base, "rollout.context_length": 256})
     assert key("c.py", base) != key("c.py", {**base, "model.name": "small"})
     assert key("c.py", base) != key("d.py", base)
-    assert compare.warm_start_overrides(base, fields) == {"sft.steps": 5,
-                                                          "rollout.context_length": 128}
+    assert compare.warm_start_overrides(base) == {"sft.steps": 5,
+                                                  "rollout.context_length": 128}
 
     grid = make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.0}, "b": {"loss.kl_coef": 0.1},
                                          "c": {"sft.epsilon": 0.5}, "m": {"train.init": "model"}})
@@ -278,6 +356,27 @@ def test_refuses_when_a_finished_run_was_made_with_other_overrides(tmp_path):
         assert "refusing to mix results" in err and "runs/a/seed_0" in err
         assert "loss.kl_coef: recorded 0.0, grid 0.05" in err and "runs/b" not in err
         assert runner.calls == []
+
+
+def test_steps_and_init_come_from_the_config_file_unless_overridden(tmp_path):
+    # The config file starts from the model and trains 6 steps; variant 's' warm-starts.
+    grid = make_grid(tmp_path, init="model", steps=6, seeds=(0,),
+                     variants={"m": {}, "s": {"train.init": "sft"}, "short": {"train.steps": 2}})
+    runner = FakeRunner(steps=6, init="model")
+    rc, out, err = run(grid, tmp_path / "out", runner)
+    assert rc == 0, out + err
+    assert runner.calls == [("launch.train", "m", 0), ("launch.sft", "warm_starts", -1),
+                            ("launch.train", "s", 0), ("launch.train", "short", 0)]
+    runs = tmp_path / "out" / "runs"
+    assert not os.path.lexists(runs / "m" / "seed_0" / "sft")
+    assert os.path.islink(runs / "s" / "seed_0" / "sft")
+    steps = {v: json.loads((runs / v / "seed_0" / "run.json").read_text())["steps"]
+             for v in ("m", "s", "short")}
+    assert steps == {"m": 6, "s": 6, "short": 2}
+    # A run that stops at another step than the config file's is not finished.
+    rc, out, _ = run(grid, tmp_path / "out2", FakeRunner(steps=4, init="model"), only=["m"])
+    assert rc == 1 and "FAILED run variant=m seed=0: exit code 0 but not finished " \
+                       "(train_summary.json: step 4 of 6, preempted False)" in out
 
 
 def test_a_failing_run_is_reported_and_the_others_still_run(tmp_path):

@@ -1,5 +1,6 @@
 """LATR as a rollout strategy: hybrid schedules, trajectory batches from trees, validation."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,6 +40,9 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
     tasks = [11, 12, 13]
     batch, stats = sample_latr(context, settings, params, jax.random.key(0), tasks, 3)
     assert len(batch) == 12
+    chex.assert_shape([batch.tokens, batch.action_mask, batch.behaviour_logprobs],
+                      (12, batch.tokens.shape[1]))
+    chex.assert_shape([batch.turn_verified, batch.state_signatures, batch.node_ids], (12, 1))
     assert batch.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert batch.task_ids.tolist() == [t for t in tasks for _ in range(4)]
     assert stats["latr/tree_slots"] == 3 and stats["latr/branches_per_group"] > 0

@@ -3,6 +3,7 @@
 import json
 import os
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,7 +105,7 @@ def test_save_pretrained_round_trips_through_transformers(family, tmp_path):
                                atol=1e-6, rtol=0)
     config2, params2 = models.load_pretrained(out_dir)
     assert config2 == config
-    jax.tree_util.tree_map(np.testing.assert_array_equal, params2, params)
+    chex.assert_trees_all_equal(params2, params)
 
 
 def test_preset_exports_load_in_transformers_with_same_logits(tiny, tmp_path):
@@ -126,7 +127,7 @@ def test_sharded_checkpoint_with_index_loads(tmp_path):
     index = json.loads((out_dir / "model.safetensors.index.json").read_text())
     assert sorted(set(index["weight_map"].values())) == shards
     _, params2 = models.load_pretrained(str(out_dir))
-    jax.tree_util.tree_map(np.testing.assert_array_equal, params2, params)
+    chex.assert_trees_all_equal(params2, params)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(out_dir)).eval()
     tokens = np.arange(12)[None] % config.vocab_size
     np.testing.assert_allclose(hf_logits(hf, tokens), hf_logits(model, tokens), atol=1e-6)

@@ -2,6 +2,7 @@
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -202,6 +203,11 @@ def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
     engine = SlotEngine(config, TOK, make_env, RolloutConfig(
         num_slots=4, context_length=256, max_action_tokens=4, sampling=SAMPLING))
     batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
+    turns = (len(batch), int(batch.num_turns.max()))
+    chex.assert_shape([batch.turn_rewards, batch.turn_valid, batch.turn_verified,
+                       batch.turn_process_scores, batch.state_signatures,
+                       batch.action_signatures, batch.node_ids, batch.parent_nodes], turns)
+    chex.assert_shape([batch.end_reason, batch.depth, batch.context_full], (len(batch),))
     labelled = 0
     for i in range(len(batch)):
         env = make_env()

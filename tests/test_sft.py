@@ -2,6 +2,7 @@
 
 import shutil
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,7 +103,7 @@ def test_policy_checkpoint_round_trip_and_errors(tiny, tmp_path):
                                    extra={"job": "test"})
     loaded = load_policy(str(tmp_path))
     assert loaded.config == config and isinstance(loaded.tokenizer, ByteTokenizer)
-    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, params)
+    chex.assert_trees_all_equal(loaded.params, params)
     assert load_policy(path).config == config  # the step directory works too
     with pytest.raises(checkpoints.CheckpointNotFoundError, match="does not exist"):
         checkpoints.load_policy_checkpoint(str(tmp_path / "missing"))

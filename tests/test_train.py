@@ -2,6 +2,7 @@
 
 import textwrap
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,8 +86,7 @@ def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
     expected = jax.tree_util.tree_map(lambda p, g: p - g, params, grads)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-4)
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
-                           state.params, expected)
+    chex.assert_trees_all_close(state.params, expected, atol=1e-6, rtol=0)
     assert int(state.step) == 1 and int(metrics["skipped"]) == 0
     assert metrics["tokens"] == batch["action_mask"].sum()
 
@@ -99,8 +99,7 @@ def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
     results = [_update_step(config, optimizer, LossConfig(kl_coef=0.01, entropy_coef=0.01), size,
                             _state(params, optimizer), batch) for size in (1, 4, 8)]
     for state, metrics in results[1:]:
-        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
-                               state.params, results[0][0].params)
+        chex.assert_trees_all_close(state.params, results[0][0].params, atol=1e-6, rtol=0)
         for key in ("loss", "clip_fraction", "kl", "entropy", "grad_norm"):
             np.testing.assert_allclose(metrics[key], results[0][1][key], rtol=1e-5, atol=1e-7)
 
@@ -114,7 +113,7 @@ def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
     state, metrics = _update_step(config, optimizer, LossConfig(), 4, _state(params, optimizer),
                                   batch)
     assert int(metrics["skipped"]) == 1
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), state.params, params)
+    chex.assert_trees_all_equal(state.params, params)
     assert int(state.step) == 1
 
 
@@ -144,7 +143,7 @@ def test_parameter_shardings_follow_the_logical_rules(tiny):
 _SHARDED_SCRIPT = textwrap.dedent("""
     import os, sys
     os.environ["JAX_PLATFORMS"] = "cpu"  # XLA_FLAGS: 8 fake devices (fake_devices.run_script)
-    import jax, jax.numpy as jnp, numpy as np
+    import chex, jax, jax.numpy as jnp, numpy as np
     sys.path.insert(0, {tests!r})
     from test_train import _random_batch, _with_weights
     from jaxtree import models
@@ -171,8 +170,7 @@ _SHARDED_SCRIPT = textwrap.dedent("""
         print(shape, "up_proj shard", kernel.sharding.shard_shape(kernel.shape))
         results[shape] = jax.device_get(state.params)
     for shape in [(4, 2, 1), (2, 2, 2)]:
-        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
-                               results[shape], results[(1, 1, 1)])
+        chex.assert_trees_all_close(results[shape], results[(1, 1, 1)], atol=1e-5, rtol=0)
     print("SHARDED_MATCH")
 """)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -52,6 +53,20 @@ def _deterministic(records):
             for r in records]
 
 
+def test_same_seed_same_run_and_another_seed_another(tmp_path):
+    """Determinism: two runs of the same config give identical metrics (timings aside) and
+    parameters; another seed gives another run."""
+    from launch import train
+    runs = {name: str(tmp_path / name) for name in ("a", "b", "seed1")}
+    train.run(toy_config(steps=2), runs["a"])
+    train.run(toy_config(steps=2), runs["b"])
+    train.run(toy_config(steps=2, train__seed=1), runs["seed1"])
+    chex.assert_trees_all_equal(_final_params(runs["a"]), _final_params(runs["b"]))
+    assert _deterministic(read_metrics(runs["a"])) == _deterministic(read_metrics(runs["b"]))
+    step1 = [_deterministic(read_metrics(runs[n]))[1] for n in ("a", "seed1")]
+    assert step1[0] != step1[1]
+
+
 def test_four_steps_equal_two_then_resume_then_two_bitwise(tmp_path):
     from launch import train
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
@@ -65,7 +80,7 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise(tmp_path):
     assert rest["step"] == 4
 
     a, b = _final_params(straight), _final_params(resumed)
-    jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+    chex.assert_trees_all_equal(a, b)
     records = read_metrics(straight)
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     assert _deterministic(records) == _deterministic(read_metrics(resumed))

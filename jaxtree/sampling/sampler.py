@@ -31,6 +31,7 @@ from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, init_cache
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
+from jaxtree.utils import round_up
 from jaxtree.sampling import randomness
 
 # Why a row stopped (DecodeOutput.finish_reason).
@@ -200,7 +201,7 @@ def bucket_length(n: int, minimum: int = 8) -> int:
 
 def bucket_batch(n: int) -> int:
     """Batch sizes: powers of two up to 64, then multiples of 64."""
-    return bucket_length(n, 1) if n <= 64 else -(-n // 64) * 64
+    return bucket_length(n, 1) if n <= 64 else round_up(n, 64)
 
 
 @dataclasses.dataclass

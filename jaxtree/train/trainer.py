@@ -190,7 +190,7 @@ class Trainer:
     def _minibatch_rows(self, real: int) -> int:
         """Rows of every minibatch: the largest shuffled chunk rounded up to the updater's row
         multiple (a fixed shape for the whole run when the batch size is fixed)."""
-        chunk = round_up(real, self.exp.train.num_minibatches) // self.exp.train.num_minibatches
+        chunk = -(-real // self.exp.train.num_minibatches)  # ceil
         return round_up(chunk, self.updater.row_multiple)
 
     def _padded(self, batch: TrajectoryBatch, advantages: np.ndarray,

@@ -1,10 +1,11 @@
 """Comparison harness: variants x seeds of one experiment, run, resumed and aggregated.
 
 The command-line front-end is `launch.compare`; the grid file format is documented in
-`configs/grids/README.md`. A grid is loaded (`grid.load_grid`), turned into runs
-(`plan.plan_runs`), checked against what earlier invocations recorded (`runs.check_recorded`),
-executed one process at a time by a pluggable runner (`runs.execute`) and aggregated into
-`results.md`, `results.json` and `curves_<metric>.png` (`results.aggregate`, `results.write_results`).
+`configs/grids/README.md`. A grid is loaded, and every variant validated as the typed experiment
+`launch.train` would build from it (`grid.load_grid`); it is turned into runs (`plan.plan_runs`),
+checked against what earlier invocations recorded (`runs.check_recorded`), executed one process
+at a time by a pluggable runner (`runs.execute`) and aggregated into `results.md`, `results.json`
+and `curves_<metric>.png` (`results.aggregate`, `results.write_results`).
 `job.run_compare` does all of it and returns the exit status.
 
 A runner is any callable `runner(argv, workdir, log_path) -> int` (the exit status); the default,
@@ -21,19 +22,18 @@ Layout of an output directory:
     <out>/results.md, results.json, curves_<metric>.png
 """
 
-from jaxtree.train.compare.grid import DEFAULT_METRICS, DEFAULT_WARM_START_FIELDS, Grid, \
-    GridError, load_grid
+from jaxtree.train.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid
 from jaxtree.train.compare.job import run_compare
-from jaxtree.train.compare.plan import Run, WarmStart, plan_runs, render_value, warm_start_key, \
-    warm_start_overrides
+from jaxtree.train.compare.plan import WARM_START_FIELDS, Run, WarmStart, plan_runs, \
+    render_value, warm_start_key, warm_start_overrides
 from jaxtree.train.compare.results import Interval, aggregate, markdown_table, mean_ci, \
     t_quantile, write_results
 from jaxtree.train.compare.runner import Runner, SubprocessRunner, log_tail
 from jaxtree.train.compare.runs import Failure, check_recorded, execute
 
 __all__ = [
-    "DEFAULT_METRICS", "DEFAULT_WARM_START_FIELDS", "Failure", "Grid", "GridError", "Interval",
-    "Run", "Runner", "SubprocessRunner", "WarmStart", "aggregate", "check_recorded", "execute",
+    "DEFAULT_METRICS", "Failure", "Grid", "GridError", "Interval", "Run", "Runner",
+    "SubprocessRunner", "WARM_START_FIELDS", "WarmStart", "aggregate", "check_recorded", "execute",
     "load_grid", "log_tail", "markdown_table", "mean_ci", "plan_runs", "render_value",
     "run_compare", "t_quantile", "warm_start_key", "warm_start_overrides", "write_results",
 ]

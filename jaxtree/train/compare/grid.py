@@ -1,29 +1,30 @@
-"""Grid files (format: configs/grids/README.md): loading and validating one, and reading a field's
-default from the experiment config it names."""
+"""Grid files (format: configs/grids/README.md): loading one and validating it, every variant as
+the typed experiment `launch.train` would build from it."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 from types import ModuleType
 from typing import Any, Mapping
+
+from jaxtree.config import ConfigError
+from jaxtree.experiment import Experiment, set_path
+from jaxtree.train.trainer import check_experiment
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
 DEFAULT_METRICS = ("eval/success_rate", "eval/pass@1")
 DEFAULT_SEED_FIELD = "train.seed"
-DEFAULT_STEPS_FIELD = "train.steps"
-DEFAULT_INIT_FIELD = "train.init"
-# Overrides that change the warm start: a key ending in "." is a prefix, any other is exact.
-DEFAULT_WARM_START_FIELDS = ("env.", "model.", "sft.", "rollout.context_length")
 
 GRID_KEYS = ("config", "variants", "seeds", "seed_field", "overrides", "metrics", "title",
-             "steps_field", "init_field", "warm_start_fields", "lower_is_better")
+             "lower_is_better")
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
 _FIELD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -35,7 +36,8 @@ class GridError(ValueError):
 
 @dataclasses.dataclass
 class Grid:
-    """A loaded grid file; `config` is an absolute path."""
+    """A loaded grid file; `config` is an absolute path, `experiment_config` what its
+    `get_config()` returns."""
     path: str
     config: str
     variants: dict[str, dict[str, Any]]
@@ -44,15 +46,39 @@ class Grid:
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: tuple[str, ...] = DEFAULT_METRICS
     title: str = ""
-    steps_field: str = DEFAULT_STEPS_FIELD
-    init_field: str = DEFAULT_INIT_FIELD
-    warm_start_fields: tuple[str, ...] = DEFAULT_WARM_START_FIELDS
     lower_is_better: tuple[str, ...] = ()
+    experiment_config: Any = dataclasses.field(default=None, repr=False, compare=False)
+    _experiments: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
     def config_arg(self) -> str:
         """The config path as commands show it: relative to the repository root when inside."""
         return display_path(self.config)
+
+    def run_overrides(self, variant: str, seed: int) -> dict[str, Any]:
+        """A run's overrides: the grid's, then the variant's, then the seed field."""
+        return {**self.overrides, **self.variants[variant], self.seed_field: seed}
+
+    def experiment(self, variant: str, overrides: Mapping[str, Any]) -> Experiment:
+        """The typed experiment of a run of `variant`: the config file's `get_config()` with
+        `overrides` (the grid's, the variant's, the seed) set, validated as `launch.train`
+        validates it. GridError (one line, naming the variant and the config field) if invalid."""
+        key = json.dumps(list(overrides.items()), default=repr)
+        if key not in self._experiments:
+            config = copy.deepcopy(self.experiment_config)
+            try:
+                for field, value in overrides.items():
+                    try:
+                        set_path(config, field, value)
+                    except (TypeError, ValueError, KeyError, AttributeError) as e:
+                        raise ConfigError(field, f"cannot set {value!r}: {e}") from None
+                exp = Experiment.from_config(config)
+                check_experiment(exp)
+            except ConfigError as e:
+                raise GridError(f"grid {display_path(self.path)}: variant {variant!r}: "
+                                f"{e}") from None
+            self._experiments[key] = exp
+        return self._experiments[key]
 
 
 def display_path(path: str) -> str:
@@ -141,6 +167,20 @@ def _config_path(raw: Mapping, path: str) -> str:
     return config_path
 
 
+def _experiment_config(config_path: str, path: str) -> Any:
+    """`get_config()` of the experiment config file (GridError if it fails)."""
+    name = "_jaxtree_compare_config_" + hashlib.sha1(config_path.encode()).hexdigest()[:8]
+    try:
+        config = import_file(config_path, name).get_config()
+    except Exception as e:  # noqa: BLE001 - any error in the user's file is reported in one line
+        raise GridError(f"grid {path}: config file {config_path} failed to load: "
+                        f"{type(e).__name__}: {e}") from e
+    if not (isinstance(config, Mapping) or hasattr(config, "to_dict")):
+        raise GridError(f"grid {path}: get_config() of {config_path} returned a "
+                        f"{type(config).__name__}, not a config")
+    return config
+
+
 def _variants(raw: Mapping, path: str) -> dict[str, dict[str, Any]]:
     variants = raw.get("variants")
     if hasattr(variants, "to_dict"):
@@ -163,7 +203,8 @@ def _variants(raw: Mapping, path: str) -> dict[str, dict[str, Any]]:
 
 
 def load_grid(path: str) -> Grid:
-    """Imports a grid file and validates what its `get_grid()` returns (GridError if bad)."""
+    """Imports a grid file and validates what its `get_grid()` returns, and every variant with
+    each of the grid's seeds as a typed experiment (GridError if bad)."""
     if not os.path.isfile(path):
         raise GridError(f"grid file not found: {path}")
     path = os.path.abspath(path)
@@ -183,35 +224,16 @@ def load_grid(path: str) -> Grid:
     def fields(key: str, default: tuple) -> tuple:
         return _as_tuple(raw[key], f"grid {path}: {key}", str) if key in raw else default
 
-    return Grid(
+    grid = Grid(
         path=path, config=config, variants=variants,
         seeds=_as_tuple(raw.get("seeds", (0,)), f"grid {path}: seeds", int),
         seed_field=seed_field, overrides=overrides,
         metrics=fields("metrics", DEFAULT_METRICS),
         title=str(raw.get("title") or os.path.splitext(os.path.basename(path))[0]),
-        steps_field=str(raw.get("steps_field", DEFAULT_STEPS_FIELD)),
-        init_field=str(raw.get("init_field", DEFAULT_INIT_FIELD)),
-        warm_start_fields=fields("warm_start_fields", DEFAULT_WARM_START_FIELDS),
         lower_is_better=fields("lower_is_better", ()) if raw.get("lower_is_better") else (),
+        experiment_config=_experiment_config(config, path),
     )
-
-
-@functools.lru_cache(maxsize=None)
-def _experiment_config(config_path: str) -> Any:
-    try:
-        name = "_jaxtree_compare_config_" + hashlib.sha1(config_path.encode()).hexdigest()[:8]
-        return import_file(config_path, name).get_config()
-    except Exception:  # noqa: BLE001 - the harness still works, with weaker checks
-        return None
-
-
-def config_default(config_path: str, field: str) -> Any:
-    """The value of a dotted `field` in the experiment config file (its `get_config()`), or None
-    when the file cannot be loaded here or has no such field (the caller then falls back)."""
-    node = _experiment_config(config_path)
-    for part in field.split("."):
-        try:
-            node = node[part]
-        except (KeyError, TypeError, AttributeError, IndexError):
-            return None
-    return node
+    for variant in variants:
+        for seed in grid.seeds:
+            grid.experiment(variant, grid.run_overrides(variant, seed))
+    return grid

@@ -11,7 +11,10 @@ import shlex
 import sys
 from typing import Any, Mapping, Sequence
 
-from jaxtree.train.compare.grid import DEFAULT_WARM_START_FIELDS, Grid, config_default, display_path
+from jaxtree.train.compare.grid import Grid, display_path
+
+# The overrides that change the warm start: a key ending in "." is a prefix, any other is exact.
+WARM_START_FIELDS = ("env.", "model.", "sft.", "rollout.context_length")
 
 
 def render_value(value: Any) -> str:
@@ -34,19 +37,18 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=repr))
 
 
-def warm_start_overrides(overrides: Mapping[str, Any],
-                         fields: Sequence[str] = DEFAULT_WARM_START_FIELDS) -> dict[str, Any]:
+def warm_start_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The overrides that define the warm start (env.*, model.*, sft.*, rollout.context_length)."""
     return {key: value for key, value in overrides.items()
-            if any(key.startswith(f) if f.endswith(".") else key == f for f in fields)}
+            if any(key.startswith(f) if f.endswith(".") else key == f
+                   for f in WARM_START_FIELDS)}
 
 
-def warm_start_key(config: str, overrides: Mapping[str, Any],
-                   fields: Sequence[str] = DEFAULT_WARM_START_FIELDS) -> str:
+def warm_start_key(config: str, overrides: Mapping[str, Any]) -> str:
     """A short hash of the config file and the warm-start overrides (order does not matter);
     runs with the same key share one warm start."""
     payload = json.dumps({"config": display_path(config),
-                          "overrides": jsonable(warm_start_overrides(overrides, fields))},
+                          "overrides": jsonable(warm_start_overrides(overrides))},
                          sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -72,7 +74,7 @@ class Run:
     overrides: dict[str, Any]     # grid overrides, then the variant's, then the seed field
     argv: list[str]
     config: str
-    steps: int | None             # configured train steps (None: unknown, not checked)
+    steps: int                    # the experiment's train.steps
     warm_start: WarmStart | None
 
     @property
@@ -86,35 +88,25 @@ class Run:
                 "command": self.argv, "command_line": shlex.join(self.argv)}
 
 
-def _configured(grid: Grid, overrides: Mapping[str, Any], field: str) -> Any:
-    """The value a run gets for `field`: its override, else the config file's (None: unknown)."""
-    return overrides[field] if field in overrides else config_default(grid.config, field)
-
-
-def _steps(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def plan_runs(grid: Grid, out: str, variants: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None) -> list[Run]:
     """The runs of `variants` (default: all, in grid order) x `seeds` (default: the grid's), with
-    their commands and shared warm starts. Creates nothing."""
+    their commands and shared warm starts; each run's steps and initialisation are its typed
+    experiment's (GridError if a run's config is invalid). Creates nothing."""
     out = os.path.abspath(out)
     warm_starts: dict[str, WarmStart] = {}
     runs = []
     for variant in variants or list(grid.variants):
         for seed in seeds if seeds is not None else grid.seeds:
-            overrides = {**grid.overrides, **grid.variants[variant], grid.seed_field: seed}
+            overrides = grid.run_overrides(variant, seed)
+            exp = grid.experiment(variant, overrides)
             workdir = os.path.join(out, "runs", variant, f"seed_{seed}")
             warm = None
-            if _configured(grid, overrides, grid.init_field) in (None, "sft"):
-                key = warm_start_key(grid.config, overrides, grid.warm_start_fields)
+            if exp.train.init == "sft":
+                key = warm_start_key(grid.config, overrides)
                 if key not in warm_starts:
                     ws_dir = os.path.join(out, "warm_starts", key)
-                    ws_over = warm_start_overrides(overrides, grid.warm_start_fields)
+                    ws_over = warm_start_overrides(overrides)
                     warm_starts[key] = WarmStart(
                         key, ws_dir, ws_over,
                         [sys.executable, "-m", "launch.sft", f"--config={grid.config_arg}",
@@ -123,5 +115,5 @@ def plan_runs(grid: Grid, out: str, variants: Sequence[str] | None = None,
             argv = [sys.executable, "-m", "launch.train", f"--config={grid.config_arg}",
                     f"--workdir={workdir}", *override_flags(overrides)]
             runs.append(Run(variant, seed, workdir, overrides, argv, grid.config,
-                            _steps(_configured(grid, overrides, grid.steps_field)), warm))
+                            exp.train.steps, warm))
     return runs

@@ -46,15 +46,13 @@ def _timestamp() -> str:
 
 # ----------------------------------------------------------------------------- run state
 
-def is_finished(workdir: str, steps: int | None) -> bool:
-    """train_summary.json exists, says not preempted, and (when known) reached `steps`."""
+def is_finished(workdir: str, steps: int) -> bool:
+    """train_summary.json exists, says not preempted, and reached `steps`."""
     summary = read_json(os.path.join(workdir, SUMMARY_FILE))
     if not isinstance(summary, dict) or summary.get("preempted") is not False:
         return False
-    if steps is None:
-        return True
     try:
-        return int(summary.get("step")) == int(steps)
+        return int(summary.get("step")) == steps
     except (TypeError, ValueError):
         return False
 

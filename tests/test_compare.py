@@ -198,15 +198,16 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"loss.kl_coeff": 0.1}, "config.loss.kl_coeff: unknown field (given 0.1); loss has "
-                             "aggregation, norm_constant, eps_low, eps_high, kl_coef, entropy_coef"),
+    ({"loss.kl_coeff": 0.1}, ("config.loss.kl_coeff: unknown field (given 0.1); loss has "
+                              "aggregation, norm_constant, eps_low, eps_high, kl_coef, "
+                              "entropy_coef")),
     ({"train.init": "scratch"}, "config.train.init: 'scratch' is not one of ('sft', 'model')"),
     ({"loss.kl_coef": -1.0}, "config.loss.kl_coef: -1.0 is not non-negative"),
-    ({"train.steps": "many"}, "config.train.steps: cannot set 'many': Could not override field "
-                              "'steps' (reference). many is of original type <class 'str'> and "
-                              "cannot be casted to type <class 'int'>"),
-    ({"rollout.group_size": 1}, "config.rollout.group_size: 1 is not >= 2 (group-relative "
-                                "advantages compare the rollouts of a task)"),   # check_experiment
+    ({"train.steps": "many"}, ("config.train.steps: cannot set 'many': Could not override field "
+                               "'steps' (reference). many is of original type <class 'str'> and "
+                               "cannot be casted to type <class 'int'>")),
+    ({"rollout.group_size": 1}, ("config.rollout.group_size: 1 is not >= 2 (group-relative "
+                                 "advantages compare the rollouts of a task)")),  # check_experiment
     ({"train.kl_coef": 0.1}, "config.train.kl_coef: moved to config.loss.kl_coef"),
 ])
 def test_an_invalid_variant_is_refused_before_anything_runs(tmp_path, overrides, message):

@@ -32,8 +32,8 @@ from jaxtree.train.compare.runner import Runner, SubprocessRunner, log_tail
 from jaxtree.train.compare.runs import Failure, check_recorded, execute
 
 __all__ = [
-    "DEFAULT_METRICS", "Failure", "Grid", "GridError", "Interval", "Run", "Runner",
-    "SubprocessRunner", "WARM_START_FIELDS", "WarmStart", "aggregate", "check_recorded", "execute",
+    "DEFAULT_METRICS", "WARM_START_FIELDS", "Failure", "Grid", "GridError", "Interval", "Run",
+    "Runner", "SubprocessRunner", "WarmStart", "aggregate", "check_recorded", "execute",
     "load_grid", "log_tail", "markdown_table", "mean_ci", "plan_runs", "render_value",
     "run_compare", "t_quantile", "warm_start_key", "warm_start_overrides", "write_results",
 ]

@@ -287,6 +287,11 @@ class Section:
             out.update(registry.default_subsections())
         return out
 
+    def narrowed(self, base: type) -> Any:
+        """This config as its Section base class `base` (the fields `base` declares), e.g. the
+        slot engine's part of the rollout section."""
+        return base(**{f.name: getattr(self, f.name) for f in dataclasses.fields(base)})
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (getattr(self, f.name).to_dict()
                          if isinstance(getattr(self, f.name), Section) else getattr(self, f.name))

@@ -1,4 +1,4 @@
-"""What the launch jobs share: config flags, typed experiments, and one-line user errors."""
+"""What the launch jobs share: one-line user errors (bad flags, config values and paths)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,11 @@ import re
 import sys
 
 from jaxtree.config import ConfigError
-from jaxtree.experiment import Experiment, moved_message
+from jaxtree.experiment import moved_message
 
 # Exit status of a job stopped by a user error (a bad flag, config value or path): absl's, for
 # usage errors.
 USAGE_ERROR = 2
-
-
-def experiment(config) -> Experiment:
-    """The typed, validated experiment of a `--config` (ConfigError names the bad field)."""
-    return Experiment.from_config(config)
 
 
 def fail(message: str) -> None:

@@ -24,7 +24,8 @@ from jaxtree.rollout.engine import SlotEngine
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
 from jaxtree.utils import print_table
-from launch.common import experiment, fail, run_app
+from jaxtree.experiment import Experiment
+from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -34,7 +35,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "JSON output path.")
 
 
 def run(config, checkpoint: str | None, output: str | None) -> dict:
-    exp = experiment(config)
+    exp = Experiment.from_config(config)
     e = exp.eval
     make_env = exp.env.factory()
     policy = exp.model.load(checkpoint)

@@ -14,7 +14,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxtree.train.warm_start import warm_start
-from launch.common import experiment, fail, run_app
+from jaxtree.experiment import Experiment
+from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -23,7 +24,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, 
 
 def run(config, workdir: str) -> str:
     """Trains and checkpoints; returns the checkpoint directory."""
-    exp = experiment(config)
+    exp = Experiment.from_config(config)
     return warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
                       workdir, {"job": "sft", "config": config.to_dict()})
 

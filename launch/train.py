@@ -29,7 +29,7 @@ from jaxtree import checkpoints
 from jaxtree.experiment import Experiment
 from jaxtree.train.trainer import Trainer, check_experiment
 from jaxtree.train.warm_start import warm_start
-from launch.common import experiment, fail, run_app
+from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -51,7 +51,7 @@ def initial_policy(exp: Experiment, config_dict: dict, workdir: str):
 
 
 def run(config, workdir: str, stop_after: int | None = None) -> dict:
-    exp = experiment(config)
+    exp = Experiment.from_config(config)
     check_experiment(exp)
     start = time.perf_counter()
     policy = initial_policy(exp, config.to_dict(), workdir)

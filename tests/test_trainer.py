@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from ml_collections import config_flags
 
-from jaxtree.experiment import rl_config, set_path, sibling_config
+from jaxtree.experiment import Experiment, rl_config, set_path, sibling_config
 from jaxtree.policy import load_policy
 from jaxtree import checkpoints
 from jaxtree.train.metrics import read_metrics
@@ -160,7 +160,7 @@ def test_each_invalid_config_value_fails_naming_the_field(path, value, message):
     config = toy_config()
     set_path(config, path, value)
     with pytest.raises(ConfigError) as error:
-        train.check_experiment(train.experiment(config))
+        train.check_experiment(Experiment.from_config(config))
     assert str(error.value).startswith(message), str(error.value)
     assert "\n" not in str(error.value)
 
@@ -202,7 +202,7 @@ def test_every_experiment_config_validates():
     for name in names:
         config = config_flags.config_flags._LoadConfigModule(
             name, os.path.join(ROOT, "configs", name)).get_config()
-        exp = train.experiment(config)
+        exp = Experiment.from_config(config)
         train.check_experiment(exp)
         if name.endswith("_dapo.py"):
             assert exp.filter.name == "dynamic_sampling"
@@ -270,7 +270,7 @@ def _bare_trainer(strategy, **overrides):
     from jaxtree.rewards import build_rewards
     from jaxtree.train.trainer import Trainer
     from launch import train
-    exp = train.experiment(toy_config(**overrides))
+    exp = Experiment.from_config(toy_config(**overrides))
     trainer = Trainer.__new__(Trainer)
     trainer.exp = exp
     trainer.strategy = strategy
@@ -316,7 +316,7 @@ def test_advantages_put_each_rollouts_advantage_on_its_action_tokens(advantage):
     from jaxtree.advantages import build_advantage
     from jaxtree.rewards import build_rewards
     from launch import train
-    exp = train.experiment(toy_config(
+    exp = Experiment.from_config(toy_config(
         advantage__name=advantage, advantage__grpo_step__gamma=0.5,
         reward__terms=("outcome", "step_validity"), reward__step_validity__valid=0.1,
         reward__step_validity__invalid=0.2))
@@ -356,7 +356,7 @@ def test_masked_trajectories_leave_the_group_statistics():
     batch = _synthetic_batch([[1, 0, 0, 1]])
     batch.context_full[3] = True
     for mask in (False, True):
-        exp = train.experiment(toy_config(advantage__mask_context_full=mask))
+        exp = Experiment.from_config(toy_config(advantage__mask_context_full=mask))
         out = build_advantage(exp.advantage)(batch, build_rewards(exp.reward)(batch))
         rows = [0, 1, 2] if mask else [0, 1, 2, 3]
         group = batch.outcome_reward[rows]

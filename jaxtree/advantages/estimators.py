@@ -7,6 +7,7 @@ the action tokens (`broadcast`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax.numpy as jnp
 import numpy as np
@@ -24,44 +25,34 @@ class GrpoConfig(Section):
     epsilon: float = option(1e-6, "added to the group std (GRPO's ε)", check=positive())
 
 
-def _trajectory(batch: TrajectoryBatch, advantages) -> np.ndarray:
+def _per_trajectory(estimator, batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray,
+                    **options) -> np.ndarray:
+    """A group estimator of the outcome rewards (`group.grpo_advantages`, ...) on every action
+    token of each trajectory."""
+    groups, count = dense_groups(batch.group_ids)
+    advantages = estimator(jnp.asarray(rewards.outcome), jnp.asarray(groups), count,
+                           valid=jnp.asarray(valid), **options)
     return sequence_to_tokens(advantages, jnp.asarray(batch.action_mask))
 
 
 @ADVANTAGES.register("grpo", GrpoConfig)
 def grpo(settings: GrpoConfig):
     """(R_i - mean_g) / (std_g + ε) on every action token (PATR Eq. 1, LATR Eq. 3)."""
-    def fn(batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
-        groups, count = dense_groups(batch.group_ids)
-        return _trajectory(batch, group.grpo_advantages(
-            jnp.asarray(rewards.outcome), jnp.asarray(groups), count, epsilon=settings.epsilon,
-            valid=jnp.asarray(valid)))
-    return fn
+    return functools.partial(_per_trajectory, group.grpo_advantages, epsilon=settings.epsilon)
 
 
 @ADVANTAGES.register("drgrpo")
 def drgrpo(settings: None):
     """R_i - mean_g on every action token (Dr.GRPO: no std division)."""
     del settings
-
-    def fn(batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
-        groups, count = dense_groups(batch.group_ids)
-        return _trajectory(batch, group.grpo_advantages(
-            jnp.asarray(rewards.outcome), jnp.asarray(groups), count, normalize_std=False,
-            valid=jnp.asarray(valid)))
-    return fn
+    return functools.partial(_per_trajectory, group.grpo_advantages, normalize_std=False)
 
 
 @ADVANTAGES.register("rloo")
 def rloo(settings: None):
     """R_i minus the mean of the other members of its group (REINFORCE leave-one-out)."""
     del settings
-
-    def fn(batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
-        groups, count = dense_groups(batch.group_ids)
-        return _trajectory(batch, group.rloo_advantages(
-            jnp.asarray(rewards.outcome), jnp.asarray(groups), count, valid=jnp.asarray(valid)))
-    return fn
+    return functools.partial(_per_trajectory, group.rloo_advantages)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,8 +70,7 @@ class RolloutStage(RolloutConfig):
 
     def engine(self) -> RolloutConfig:
         """The slot engine's part of the section."""
-        fields = {f.name for f in dataclasses.fields(RolloutConfig)}
-        return RolloutConfig(**{k: v for k, v in self.to_dict().items() if k in fields})
+        return self.narrowed(RolloutConfig)
 
 
 def build_strategy(stage: RolloutStage, model_config: ModelConfig, tokenizer: Tokenizer,

@@ -51,8 +51,7 @@ class LatrRolloutConfig(LatrConfig):
 
     def kernel(self) -> LatrConfig:
         """The kernel's static config (the η schedule changes nothing inside the kernel)."""
-        fields = {f.name for f in dataclasses.fields(LatrConfig)}
-        return LatrConfig(**{k: v for k, v in self.to_dict().items() if k in fields})
+        return self.narrowed(LatrConfig)
 
 
 def num_tree_slots(eta: float, k: int) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
@@ -125,19 +124,6 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
     """`value` as the field type `annotation` (ints become floats, lists tuples, a comma list a
     tuple of strings); a value of another type raises ConfigError."""
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for candidate in options:
-            if candidate is type(None):
-                continue
-            try:
-                return _coerce(value, candidate, path)
-            except ConfigError as e:
-                errors.append(e)
-        raise errors[0]
     if origin is tuple:
         args = typing.get_args(annotation)
         if isinstance(value, str) and args and args[0] is str:
@@ -248,8 +234,8 @@ class Section:
         if unknown:
             known = names + sorted(part_names)
             raise ConfigError(f"{path}.{unknown[0]}",
-                              f"unknown field (given {values[unknown[0]]!r}); "
-                              f"{path} has {', '.join(known) or 'no fields'}")
+                              f"unknown field (given {values[unknown[0]]!r}); known fields: "
+                              f"{', '.join(known) or 'none'}")
         try:
             typed = cls(**values)
         except ConfigError as e:

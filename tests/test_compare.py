@@ -198,7 +198,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"loss.kl_coeff": 0.1}, ("config.loss.kl_coeff: unknown field (given 0.1); loss has "
+    ({"loss.kl_coeff": 0.1}, ("config.loss.kl_coeff: unknown field (given 0.1); known fields: "
                               "aggregation, norm_constant, eps_low, eps_high, kl_coef, "
                               "entropy_coef")),
     ({"train.init": "scratch"}, "config.train.init: 'scratch' is not one of ('sft', 'model')"),
@@ -231,7 +231,7 @@ def test_every_variant_of_a_real_config_is_validated_whatever_runs(tmp_path, kwa
     rc, out, err = run(grid, tmp_path / "out", runner, **kwargs)
     assert rc == 2 and out == "" and runner.calls == [] and not (tmp_path / "out").exists()
     assert err == (f"compare: error: grid {grid}: variant 'kl': config.loss.kl_coeff: unknown "
-                   f"field (given 0.01); loss has aggregation, norm_constant, eps_low, eps_high, "
+                   f"field (given 0.01); known fields: aggregation, norm_constant, eps_low, eps_high, "
                    f"kl_coef, entropy_coef\n")
 
 

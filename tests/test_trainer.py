@@ -150,7 +150,7 @@ def test_sigterm_saves_a_restorable_checkpoint_and_exits_cleanly(tmp_path):
     ("env.options", {"size": -3}, "config.env.options: {'size': -3} does not build frozen_lake"),
     ("sft.epsilon", 1.5, "config.sft.epsilon: 1.5 is not in [0, 1]"),
     ("model.dtype", "float16", "config.model.dtype: 'float16' is not one of ("),
-    ("loss.kl_coeff", 0.1, "config.loss.kl_coeff: unknown field (given 0.1); loss has "),
+    ("loss.kl_coeff", 0.1, "config.loss.kl_coeff: unknown field (given 0.1); known fields: aggregation, "),
     ("train.kl_coef", 0.1, "config.train.kl_coef: moved to config.loss.kl_coef"),
     ("latr", {"tau_abs": 0.3}, "config.latr: moved to config.rollout.latr"),
 ])

@@ -1,0 +1,99 @@
+"""Typed config sections and part registries (jaxtree.config)."""
+
+import dataclasses
+
+import pytest
+
+from jaxtree.config import (ConfigError, Registry, Section, between, each, one_of, option,
+                            positive, reference_rows)
+
+WIDGETS = Registry("widget")
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner(Section):
+    size: int = option(3, "a size", check=positive())
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs(Section):
+    rate: float = option(0.5, "a rate", check=between(0, 1, high_open=True))
+    names: tuple[str, ...] = option(("a",), "some names", check=each(one_of(("a", "b", "c"))))
+    pairs: tuple[tuple[int, float], ...] = option((), "pairs")
+    inner: Inner = Inner()
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage(Knobs):
+    PARTS = {"widget": WIDGETS}
+    widget: str = option("plain", "which widget", check=one_of(WIDGETS.names))
+
+
+@dataclasses.dataclass(frozen=True)
+class FancyConfig(Section):
+    shine: float = option(1.0, "how much", check=positive())
+
+
+WIDGETS.register("plain")(lambda settings: "plain widget")
+WIDGETS.register("fancy", FancyConfig)(lambda settings: f"fancy widget {settings.shine}")
+
+
+def test_values_are_coerced_to_the_field_types():
+    knobs = Knobs.from_config({"rate": 0, "names": ("b,c",), "pairs": [[1, 2], (3, 4.5)],
+                               "inner": {"size": 7}}, "knobs")
+    assert knobs == Knobs(0.0, ("b", "c"), ((1, 2.0), (3, 4.5)), Inner(7))
+    assert isinstance(knobs.rate, float) and isinstance(knobs.pairs[0][1], float)
+    assert Knobs.from_config({"names": "a, c"}, "knobs").names == ("a", "c")
+    assert hash(knobs) == hash(Knobs.from_config(knobs.to_dict(), "knobs"))  # a static jit arg
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"rate": 1.0}, "config.knobs.rate: 1.0 is not in [0, 1)"),
+    ({"rate": "fast"}, "config.knobs.rate: 'fast' is not a number"),
+    ({"rate": True}, "config.knobs.rate: True is not a number"),
+    ({"names": ("a", "z")}, "config.knobs.names: ('a', 'z') is not all one of ('a', 'b', 'c')"),
+    ({"pairs": ((1,),)}, "config.knobs.pairs: (1,) does not have the form tuple[int, float]"),
+    ({"inner": {"size": 0}}, "config.knobs.inner.size: 0 is not positive"),
+    ({"inner": {"sise": 2}}, "config.knobs.inner.sise: unknown field (given 2); known fields: size"),
+    ({"ratee": 0.1}, "config.knobs.ratee: unknown field (given 0.1); known fields: rate, names, pairs, inner"),
+])
+def test_each_violation_is_one_line_naming_the_field(values, message):
+    with pytest.raises(ConfigError) as error:
+        Knobs.from_config(values, "knobs")
+    assert str(error.value).startswith(message), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_section_built_in_python_is_checked_the_same_way():
+    with pytest.raises(ConfigError, match=r"^Knobs\.rate: -1\.0 is not in \[0, 1\)$"):
+        Knobs(rate=-1.0)
+
+
+def test_parts_take_their_settings_from_their_subsection():
+    stage = Stage.from_config({"widget": "fancy", "fancy": {"shine": 2.5}}, "stage")
+    assert WIDGETS.build(stage.widget, stage.part_settings(stage.widget)) == "fancy widget 2.5"
+    assert Stage.from_config({"widget": "fancy"}, "stage").part_settings("fancy").shine == 1.0
+    assert Stage.from_config(None, "stage").part_settings("plain") is None
+    assert stage.narrowed(Knobs) == Knobs()  # the base section's fields only
+    with pytest.raises(ConfigError, match=r"config\.stage\.fancy\.shine: 0\.0 is not positive"):
+        Stage.from_config({"fancy": {"shine": 0.0}}, "stage")  # checked even when not selected
+    with pytest.raises(ConfigError, match=r"config\.stage\.plain: widget part 'plain' takes no "):
+        Stage.from_config({"plain": {"x": 1}}, "stage")
+    with pytest.raises(ConfigError, match=r"config\.stage\.widget: 'shiny' is not one of "
+                                          r"\('plain', 'fancy'\)"):
+        Stage.from_config({"widget": "shiny"}, "stage")
+    assert Stage.defaults()["fancy"] == {"shine": 1.0} and "plain" not in Stage.defaults()
+
+
+def test_registries_refuse_duplicates_and_untyped_settings():
+    with pytest.raises(ValueError, match="already registered"):
+        WIDGETS.register("plain")(lambda settings: None)
+    with pytest.raises(TypeError, match="must be a Section class"):
+        WIDGETS.register("odd", dict)
+
+
+def test_reference_rows_cover_nested_fields_and_part_settings():
+    rows = {row[0]: row for row in reference_rows(Stage, "stage")}
+    assert rows["stage.inner.size"] == ("stage.inner.size", "int", "3", "positive", "a size")
+    assert rows["stage.fancy.shine"][3] == "positive"
+    assert rows["stage.rate"][3] == "in [0, 1)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import os
+import sys
 from typing import Any
 
 import jax
@@ -34,6 +35,41 @@ class CheckpointNotFoundError(FileNotFoundError):
     """No (complete) checkpoint where one was expected."""
 
 
+class CheckpointCorruptError(ValueError):
+    """A checkpoint that exists but does not restore (a truncated file, a missing item); the
+    message names the step directory and the item or file that failed."""
+
+
+def _quiet_orphaned_reads() -> None:
+    """Silences, from the first restore on, the 'Event loop is closed' RuntimeErrors that
+    TensorStore's pending reads raise as unraisable exceptions once orbax's event loop has
+    closed after a failed restore: one traceback per array, printed after (and sometimes long
+    after) the real error, which CheckpointCorruptError already reports. Every other unraisable
+    exception is reported as usual."""
+    if getattr(sys.unraisablehook, "_jaxtree_quiet", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_value, RuntimeError)
+                and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook._jaxtree_quiet = True
+    sys.unraisablehook = hook
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of the innermost cause: orbax wraps TensorStore's precise error (which names
+    the tensor and the file) in a bare Exception whose own text is a 200-line spec dump."""
+    while (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    text = text if len(text) <= 600 else text[:597] + "..."
+    return f"{type(error).__name__}: {text}"
+
+
 def package_versions() -> dict[str, str]:
     versions = {}
     for name in ("jaxtree", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy"):
@@ -45,8 +81,11 @@ def package_versions() -> dict[str, str]:
 
 
 def manager(workdir: str, max_to_keep: int | None = 3) -> ocp.CheckpointManager:
+    """The workdir's checkpoint manager. A save interrupted by a kill leaves an unfinished
+    `<step>.orbax-checkpoint-tmp-*` directory that never counts as a step; it is deleted here."""
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
-                                           enable_async_checkpointing=False)
+                                           enable_async_checkpointing=False,
+                                           cleanup_tmp_directories=True)
     return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), CHECKPOINTS),
                                  options=options)
 
@@ -57,11 +96,29 @@ def save_policy(workdir: str, step: int, params, model_config: ModelConfig, toke
     metadata = {"model": model_config.to_dict(), "tokenizer": tokenizer,
                 "versions": package_versions(), **(extra or {})}
     mngr = manager(workdir)
-    mngr.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
-                                            metadata=ocp.args.JsonSave(metadata)))
-    mngr.wait_until_finished()
-    mngr.close()
+    try:
+        if step in mngr.all_steps():
+            raise FileExistsError(f"checkpoint {mngr.directory}/{step} already exists")
+        saved = mngr.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
+                                                        metadata=ocp.args.JsonSave(metadata)),
+                          force=True)
+        mngr.wait_until_finished()
+    finally:
+        mngr.close()
+    if not saved:
+        raise RuntimeError(f"orbax declined to save checkpoint {step} in {workdir}")
     return os.path.join(os.path.abspath(workdir), CHECKPOINTS, str(step))
+
+
+def complete_steps(path: str) -> list[int]:
+    """The finished checkpoint steps under `path` (a workdir or its checkpoints directory), in
+    increasing order; unfinished saves are not steps."""
+    path = os.path.abspath(path)
+    root = path if os.path.basename(path) == CHECKPOINTS else os.path.join(path, CHECKPOINTS)
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(name) for name in os.listdir(root)
+                  if name.isdigit() and os.path.isdir(os.path.join(root, name)))
 
 
 def _is_step_dir(path: str) -> bool:
@@ -71,11 +128,10 @@ def _is_step_dir(path: str) -> bool:
 
 
 def is_policy_checkpoint(path: str) -> bool:
-    """A workdir with checkpoints, a checkpoints directory, or one step directory."""
+    """A workdir or checkpoints directory holding a finished checkpoint, or one step directory
+    (a workdir whose only save was interrupted is not one)."""
     path = os.path.abspath(path)
-    return (os.path.isdir(os.path.join(path, CHECKPOINTS))
-            or (os.path.isdir(path) and os.path.basename(path) == CHECKPOINTS)
-            or _is_step_dir(path))
+    return bool(complete_steps(path)) or _is_step_dir(path)
 
 
 def _resolve(path: str) -> tuple[str, int]:
@@ -87,10 +143,25 @@ def _resolve(path: str) -> tuple[str, int]:
         parent, step = os.path.split(path)
         return parent, int(step)
     root = path if os.path.basename(path) == CHECKPOINTS else os.path.join(path, CHECKPOINTS)
-    steps = ocp.CheckpointManager(root).all_steps() if os.path.isdir(root) else []
+    steps = complete_steps(root)
     if not steps:
         raise CheckpointNotFoundError(f"no complete checkpoint under {root}")
     return root, max(steps)
+
+
+def read_policy_metadata(path: str) -> dict:
+    """The JSON metadata of the newest checkpoint under `path` (no parameters are read)."""
+    root, step = _resolve(path)
+    mngr = ocp.CheckpointManager(root)
+    try:
+        _quiet_orphaned_reads()
+        return mngr.restore(step, args=ocp.args.Composite(
+            metadata=ocp.args.JsonRestore()))["metadata"]
+    except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
+        raise CheckpointCorruptError(f"checkpoint {os.path.join(root, str(step))} is incomplete "
+                                     f"or corrupt: {_reason(e)}") from e
+    finally:
+        mngr.close()
 
 
 def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
@@ -102,14 +173,15 @@ def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
     root, step = _resolve(path)
     mngr = ocp.CheckpointManager(root)
     try:
+        _quiet_orphaned_reads()
         metadata = mngr.restore(step, args=ocp.args.Composite(
             metadata=ocp.args.JsonRestore()))["metadata"]
         config = ModelConfig.from_dict(metadata["model"])
         params = mngr.restore(step, args=ocp.args.Composite(
             params=ocp.args.StandardRestore()))["params"]
-    except (KeyError, TypeError, ValueError, FileNotFoundError, OSError) as e:
-        raise ValueError(f"checkpoint {os.path.join(root, str(step))} is incomplete or corrupt: "
-                         f"{type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
+        raise CheckpointCorruptError(f"checkpoint {os.path.join(root, str(step))} is incomplete "
+                                     f"or corrupt: {_reason(e)}") from e
     finally:
         mngr.close()
     params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
@@ -117,52 +189,92 @@ def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
 
 
 class TrainCheckpointer:
-    """Checkpoints of an RL run: `<workdir>/checkpoints/<step>/` with the items
+    """Checkpoints of a resumable job (the RL loop, and the warm start when it is interrupted):
+    `<workdir>/checkpoints/<step>/` with the items
 
       params      the policy parameters (so every training checkpoint is also a policy checkpoint)
       opt_state   the optimizer state
-      rng         the run's JAX key
-      trainer     JSON: training step, task-sampler state, anything else the loop needs to resume
+      rng         the run's JAX key (RL runs)
+      trainer     JSON: the step and anything else the loop needs to resume
       metadata    JSON: model, tokenizer, config and package versions
 
     Keeps the newest `max_to_keep`. Saving is synchronous: once `save` returns, the checkpoint is
-    complete on disk (what a preemption handler needs before the process exits).
+    complete on disk (what a preemption handler needs before the process exits). A save killed
+    half-way leaves no step (orbax renames the finished directory into place).
     """
 
     def __init__(self, workdir: str, max_to_keep: int = 3):
         self._manager = manager(workdir, max_to_keep)
 
-    def latest_step(self) -> int | None:
-        """The newest complete training checkpoint (one holding an optimizer state)."""
-        for step in sorted(self._manager.all_steps(), reverse=True):
-            if os.path.isdir(os.path.join(self._manager.directory, str(step), "opt_state")):
-                return step
-        return None
+    @property
+    def directory(self) -> str:
+        return str(self._manager.directory)
 
-    def save(self, step: int, params, opt_state, rng: jax.Array, trainer: dict,
-             metadata: dict) -> None:
-        metadata = {**metadata, "versions": package_versions()}
-        self._manager.save(step, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
-            rng=ocp.args.JaxRandomKeySave(rng), trainer=ocp.args.JsonSave(trainer),
-            metadata=ocp.args.JsonSave(metadata)), force=True)
+    def resumable_steps(self) -> list[int]:
+        """Finished checkpoints holding an optimizer state, newest first."""
+        return [step for step in sorted(self._manager.all_steps(), reverse=True)
+                if os.path.isdir(os.path.join(self.directory, str(step), "opt_state"))]
+
+    def latest_step(self) -> int | None:
+        """The newest resumable checkpoint, or None."""
+        steps = self.resumable_steps()
+        return steps[0] if steps else None
+
+    def save(self, step: int, params, metadata: dict, opt_state=None, rng: jax.Array | None = None,
+             trainer: dict | None = None) -> None:
+        """Saves checkpoint `step` (replacing one of the same step): params and metadata always,
+        the resume state when given."""
+        items = {"params": ocp.args.StandardSave(params),
+                 "metadata": ocp.args.JsonSave({**metadata, "versions": package_versions()})}
+        if opt_state is not None:
+            items["opt_state"] = ocp.args.StandardSave(opt_state)
+        if rng is not None:
+            items["rng"] = ocp.args.JaxRandomKeySave(rng)
+        if trainer is not None:
+            items["trainer"] = ocp.args.JsonSave(trainer)
+        if step in self._manager.all_steps():
+            self._manager.delete(step)
+        if not self._manager.save(step, args=ocp.args.Composite(**items), force=True):
+            raise RuntimeError(f"orbax declined to save checkpoint {self.directory}/{step}")
         self._manager.wait_until_finished()
 
     def restore(self, step: int, params_like, opt_state_like):
-        """(params, opt_state, rng, trainer dict) of checkpoint `step`, placed like the given
-        templates (arrays or ShapeDtypeStructs carrying their shardings)."""
+        """(params, opt_state, rng or None, trainer dict) of checkpoint `step`, placed like the
+        given templates (arrays or ShapeDtypeStructs carrying their shardings). Raises
+        CheckpointCorruptError naming the step and what failed."""
         abstract = lambda tree: jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
             tree)
+        items = {"params": ocp.args.StandardRestore(abstract(params_like)),
+                 "opt_state": ocp.args.StandardRestore(abstract(opt_state_like)),
+                 "trainer": ocp.args.JsonRestore()}
+        if os.path.isdir(os.path.join(self.directory, str(step), "rng")):
+            items["rng"] = ocp.args.JaxRandomKeyRestore()
         try:
-            out = self._manager.restore(step, args=ocp.args.Composite(
-                params=ocp.args.StandardRestore(abstract(params_like)),
-                opt_state=ocp.args.StandardRestore(abstract(opt_state_like)),
-                rng=ocp.args.JaxRandomKeyRestore(), trainer=ocp.args.JsonRestore()))
-        except (KeyError, TypeError, ValueError, FileNotFoundError, OSError) as e:
-            raise ValueError(f"training checkpoint {self._manager.directory}/{step} is incomplete "
-                             f"or corrupt: {type(e).__name__}: {e}") from e
-        return out["params"], out["opt_state"], out["rng"], out["trainer"]
+            _quiet_orphaned_reads()
+            out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
+            raise CheckpointCorruptError(f"checkpoint {self.directory}/{step} is incomplete or "
+                                         f"corrupt: {_reason(e)}") from e
+        rng = out["rng"] if "rng" in items else None
+        return out["params"], out["opt_state"], rng, out["trainer"]
+
+    def restore_latest(self, params_like, opt_state_like, report=print):
+        """(step, params, opt_state, rng, trainer) of the newest checkpoint that restores, or None
+        when there is none. A damaged newer checkpoint is skipped with a line through `report`
+        naming it and why; when every one is damaged, CheckpointCorruptError lists them."""
+        failures = []
+        for step in self.resumable_steps():
+            try:
+                return (step, *self.restore(step, params_like, opt_state_like))
+            except CheckpointCorruptError as e:
+                failures.append(str(e))
+                report(f"skipping {e}")
+        if failures:
+            raise CheckpointCorruptError(
+                f"no checkpoint under {self.directory} restores ({'; '.join(failures)}); move the "
+                "directory away to start over")
+        return None
 
     def close(self) -> None:
         self._manager.close()

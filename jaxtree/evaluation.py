@@ -13,24 +13,32 @@ metrics the same way:
   environment metrics   the mean of every numeric metric the environment reports at the end of an
                         episode (e.g. completion_rate for Sudoku and Minesweeper), and for
                         Tic-Tac-Toe the return as first and as second mover
+
+`evaluate` also returns a few episodes as transcripts (the prompt, each action and the
+environment's reply, decoded from the episode's tokens), which `write_transcripts` saves as JSONL
+and as readable text.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from collections import defaultdict
 from typing import Callable, Sequence
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from environments.base import TextEnv
 from jaxtree.config import Section, non_negative, option, positive
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies.independent import sample_independent
-from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.rollout.trajectory import END_REASONS, TrajectoryBatch
 from jaxtree.tasks import eval_seeds
+from jaxtree.tokenizers import Tokenizer
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(Section):
@@ -45,6 +53,8 @@ class EvalConfig(Section):
     seed: int = option(0, "sampling seed (the same every evaluation: common random numbers)")
     every: int = option(10, "training steps between evaluations (also at step 0 and the end)",
                         check=positive())
+    transcripts: int = option(4, "episodes per evaluation written as transcripts (0: none)",
+                              check=non_negative())
 
 
 # Protocol bookkeeping in `info`, not environment metrics.
@@ -96,7 +106,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
-    """The metrics of the module docstring over `episodes` (k samples per task)."""
+    """The metrics of the module docstring over `episodes` (k samples per task); `episodes`, a
+    count, is an int."""
     if not episodes:
         raise ValueError("no episodes to evaluate")
     by_task: dict[int, list[bool]] = defaultdict(list)
@@ -104,7 +115,7 @@ def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
         by_task[e.task_id].append(e.success)
     turns = sum(e.num_turns for e in episodes)
     out = {
-        "episodes": float(len(episodes)),
+        "episodes": len(episodes),
         "success_rate": float(np.mean([e.success for e in episodes])),
         "pass@1": float(np.mean([pass_at_k(len(s), sum(s), 1) for s in by_task.values()])),
         f"pass@{k}": float(np.mean([pass_at_k(len(s), sum(s), min(k, len(s)))
@@ -130,10 +141,118 @@ def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
     return out
 
 
-def evaluate(engine: SlotEngine, params, config: EvalConfig) -> dict[str, float]:
+@dataclasses.dataclass
+class Transcript:
+    """One episode as text: what the policy read and wrote, turn by turn.
+
+    Texts are decoded without special tokens, so chat-template markers are dropped (role names a
+    template writes as plain text stay). The environment's reply to the last action is not part
+    of the episode's tokens; `success`, `episode_return` and `end_reason` tell how it ended.
+    """
+
+    task_id: int
+    sample: int              # which of the task's samples (0 .. samples_per_task - 1)
+    success: bool
+    episode_return: float
+    num_turns: int
+    end_reason: str          # 'done', 'truncated', ... (trajectory.END_REASONS)
+    prompt: str              # the first observation, instructions included
+    turns: list[dict]        # per action: {'action': text, 'reply': the next observation, or
+                             # None after the last action}
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """What `evaluate` returns."""
+
+    metrics: dict[str, float]     # the metrics of the module docstring
+    transcripts: list[Transcript]
+
+
+def transcript(batch: TrajectoryBatch, row: int, sample: int, tokenizer: Tokenizer) -> Transcript:
+    """Episode `row` of `batch` as text. Turn t's tokens are its observation (the prompt for
+    t = 0, else the reply to action t - 1) followed by its action (`action_mask`)."""
+    n = int(batch.lengths[row])
+    tokens, is_action = batch.tokens[row, :n], batch.action_mask[row, :n]
+    turn_of = batch.turn_index[row, :n]
+    num_turns = int(batch.num_turns[row])
+
+    def text(turn: int, action: bool) -> str:
+        return tokenizer.decode(tokens[(turn_of == turn) & (is_action == action)].tolist())
+
+    turns = [{"action": text(t, True), "reply": text(t + 1, False) if t + 1 < num_turns else None}
+             for t in range(num_turns)]
+    return Transcript(int(batch.task_ids[row]), sample, bool(batch.success[row]),
+                      float(batch.outcome_reward[row]), num_turns,
+                      END_REASONS[int(batch.end_reason[row])], text(0, False), turns)
+
+
+def sample_indices(task_ids: Sequence[int]) -> list[int]:
+    """For each episode, how many episodes of its task come before it (its sample index)."""
+    seen: dict[int, int] = defaultdict(int)
+    out = []
+    for task in task_ids:
+        out.append(seen[int(task)])
+        seen[int(task)] += 1
+    return out
+
+
+def pick_transcripts(batch: TrajectoryBatch, tokenizer: Tokenizer, count: int) -> list[Transcript]:
+    """`count` episodes of a task-ordered batch: the first sample of every task in task order,
+    then the second ones, and so on (as many different tasks as possible, the same every
+    evaluation)."""
+    samples = sample_indices(batch.task_ids)
+    rows = sorted(range(len(batch)), key=lambda i: (samples[i], i))[:count]
+    return [transcript(batch, i, samples[i], tokenizer) for i in rows]
+
+
+def roll_out(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
+             samples_per_task: int) -> TrajectoryBatch:
+    """`samples_per_task` episodes of every task, ordered by task, with a progress bar over the
+    episodes (on stderr, and only on a terminal)."""
+    with tqdm(total=len(task_ids) * samples_per_task, desc="eval", unit="episode", disable=None,
+              leave=False) as bar:
+        return sample_independent(engine, params, rng, task_ids, samples_per_task, bar.update)
+
+
+def evaluate(engine: SlotEngine, params, config: EvalConfig) -> EvalResult:
     """The metrics of the policy `params` on the held-out tasks of `config` (`num_tasks` fixed
     seeds x `samples_per_task` episodes, sampled with key(`config.seed`)), rolled out by `engine`
-    (whose sampling config should carry `config.temperature`)."""
-    batch = sample_independent(engine, params, jax.random.key(config.seed),
-                               eval_seeds(config.num_tasks), config.samples_per_task)
-    return metrics(summaries_from_batch(batch), config.samples_per_task)
+    (whose sampling config should carry `config.temperature`), and `config.transcripts` of its
+    episodes as text (`pick_transcripts`)."""
+    batch = roll_out(engine, params, jax.random.key(config.seed), eval_seeds(config.num_tasks),
+                     config.samples_per_task)
+    return EvalResult(metrics(summaries_from_batch(batch), config.samples_per_task),
+                      pick_transcripts(batch, engine.tokenizer, config.transcripts))
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped: a sampling policy can write any byte, and raw
+    control bytes garble terminals and editors."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+def transcript_text(t: Transcript) -> str:
+    """A header line, then the prompt and every action and reply."""
+    lines = [f"=== task {t.task_id} sample {t.sample}: {'success' if t.success else 'failure'}, "
+             f"return {t.episode_return:g}, {t.num_turns} turns, ended {t.end_reason}",
+             "--- prompt", _printable(t.prompt)]
+    for number, turn in enumerate(t.turns, 1):
+        lines += [f"--- action {number}", _printable(turn["action"])]
+        if turn["reply"] is not None:
+            lines += [f"--- reply {number}", _printable(turn["reply"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_transcripts(directory: str, name: str,
+                      transcripts: Sequence[Transcript]) -> tuple[str, str]:
+    """Writes `<directory>/<name>.jsonl` (one JSON object per episode) and `<directory>/<name>.txt`
+    (readable); returns their paths."""
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.join(directory, name)
+    with open(base + ".jsonl", "w") as f:
+        for t in transcripts:
+            f.write(json.dumps(dataclasses.asdict(t)) + "\n")
+    with open(base + ".txt", "w") as f:
+        f.write("\n".join(transcript_text(t) for t in transcripts))
+    return base + ".jsonl", base + ".txt"

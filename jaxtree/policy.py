@@ -12,7 +12,8 @@ from jaxtree import models
 from jaxtree.config import ConfigError, Section, one_of, option
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
-from jaxtree.checkpoints import is_policy_checkpoint, load_policy_checkpoint
+from jaxtree.checkpoints import (is_policy_checkpoint, load_policy_checkpoint,
+                                 read_policy_metadata)
 
 
 @dataclasses.dataclass
@@ -38,6 +39,15 @@ class ModelSpec(Section):
         if not self.name:
             raise ConfigError("name", "'' must name a preset or a checkpoint directory")
 
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer of the policy `name` names, without loading its parameters (for the
+        checks a job makes before any work); a ConfigError naming `model.name` if it names
+        nothing."""
+        try:
+            return load_policy_tokenizer(self.name)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError("model.name", f"{self.name!r}: {e}") from e
+
     def load(self, spec: str | None = None) -> "Policy":
         """The policy `name` names, or `spec` (e.g. a warm-start checkpoint) in its place with
         this section's dtype. A `name` that names nothing is a ConfigError naming `model.name`;
@@ -48,6 +58,20 @@ class ModelSpec(Section):
             return load_policy(self.name, dtype=self.dtype or None, seed=self.init_seed)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError("model.name", f"{self.name!r}: {e}") from e
+
+
+def load_policy_tokenizer(spec: str) -> Tokenizer:
+    """The tokenizer `load_policy(spec)` would come with, without its parameters."""
+    if spec in PRESETS:
+        if spec not in BYTE_VOCAB_PRESETS:
+            raise ValueError(f"preset {spec!r} has no built-in tokenizer; load a checkpoint "
+                             "directory with its tokenizer files instead")
+        return ByteTokenizer()
+    if os.path.isdir(spec) and is_policy_checkpoint(spec):
+        return load_tokenizer(read_policy_metadata(spec).get("tokenizer", "byte"))
+    if os.path.isdir(spec):
+        return HFTokenizer(spec)
+    raise ValueError(_not_a_policy(spec))
 
 
 def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
@@ -75,5 +99,9 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
     if os.path.isdir(spec):
         config, params = models.load_pretrained(spec, dtype=dtype)
         return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
-    raise ValueError(f"--model={spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an "
-                     "existing checkpoint directory (jaxtree or Hugging Face)")
+    raise ValueError(_not_a_policy(spec))
+
+
+def _not_a_policy(spec: str) -> str:
+    return (f"{spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an existing "
+            "checkpoint directory (jaxtree or Hugging Face)")

@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from typing import Sequence
+
+from tqdm import tqdm
+
+
+def report(message: str) -> None:
+    """One line on stderr for an event a user should see (a resume, a skipped update, a saved
+    checkpoint), written around any progress bar; details stay in absl's INFO log."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def check_writable(directory: str) -> None:
+    """Creates `directory` if needed and a file in it (then removes it); raises OSError when
+    either fails. Permission bits alone do not tell: root passes os.access everywhere, yet /proc
+    and read-only mounts refuse new files."""
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtree-write-check-"):
+        pass
 
 
 def round_up(n: int, multiple: int) -> int:

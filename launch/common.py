@@ -1,22 +1,60 @@
-"""What the launch jobs share: one-line user errors (bad flags, config values and paths)."""
+"""What the launch jobs share: one-line errors (bad flags, config values and paths with exit
+status 2; faults such as a corrupt checkpoint or a diverged run with status 1), config files found
+from any directory, and a quiet log unless `--verbosity` asks for more."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
+from jaxtree.checkpoints import CheckpointCorruptError
 from jaxtree.config import ConfigError
 from jaxtree.experiment import moved_message
+from jaxtree.train.trainer import TrainingDiverged
+from jaxtree.train.workdir import WorkdirError
 
 # Exit status of a job stopped by a user error (a bad flag, config value or path): absl's, for
 # usage errors.
 USAGE_ERROR = 2
+# Exit status of a job stopped by a fault it cannot repair (a corrupt checkpoint, a diverged run).
+FAULT = 1
+
+# Where `--config=configs/x.py` is also looked for when it is not found from the current
+# directory: the source tree the `launch` package was installed from (pip install -e .).
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def fail(message: str) -> None:
-    """Ends the job with a one-line message on stderr and exit status 2 (no traceback)."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(USAGE_ERROR)
+def fail(message: str, status: int = USAGE_ERROR) -> None:
+    """Ends the job with a one-line message on stderr (no traceback, no usage text); status 2
+    for a user error, 1 for a fault."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def resolve_config_path(value: str) -> str:
+    """`--config`'s file: as given when it exists, else the same relative path under the source
+    tree, or a name in its configs/ directory (`frozen_lake_grpo` or `frozen_lake_grpo.py`).
+    config_flags' `path:argument` suffix is kept. Fails in one line naming where it looked."""
+    path, colon, argument = value.partition(":")
+    candidates = [path, os.path.join(SOURCE_ROOT, path),
+                  os.path.join(SOURCE_ROOT, "configs", path),
+                  os.path.join(SOURCE_ROOT, "configs", path + ".py")]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate + colon + argument
+    fail(f"--config={value}: no such config file (looked in {os.getcwd()} and "
+         f"{os.path.join(SOURCE_ROOT, 'configs')})")
+
+
+def _resolve_config_flag(argv: list[str]) -> list[str]:
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            argv[i] = "--config=" + resolve_config_path(arg[len("--config="):])
+        elif arg == "--config" and i + 1 < len(argv):
+            argv[i + 1] = resolve_config_path(argv[i + 1])
+    return argv
 
 
 def _override_error(argv: list[str], message: str) -> str:
@@ -39,26 +77,39 @@ def _override_error(argv: list[str], message: str) -> str:
     return f"invalid command-line flag or config override: {message}"
 
 
+def _quiet_orbax(record) -> bool:
+    """Drops orbax's routine warnings (one 'Skipping merge of OCDBT checkpoints' per save on a
+    single host); its errors still show."""
+    return record.levelno >= 40 or "orbax" not in record.pathname
+
+
 def run_app(main) -> None:
     """`absl.app.run(main)` where every user error ends the job with one line and exit status
     2: a bad `--config.x.y=...` override (unknown field, wrong type; fields of the old flat
-    layout are named with their new place), an invalid config value (ConfigError), or a
-    missing / corrupt checkpoint or file (FileNotFoundError)."""
-    from absl import app, flags
+    layout are named with their new place), an invalid config value (ConfigError), a missing
+    file or checkpoint (FileNotFoundError), an unusable or busy workdir (WorkdirError); and a
+    fault with one line and status 1 (a corrupt checkpoint, a diverged run). Library INFO logs
+    (orbax's ~100 lines per checkpoint) are hidden unless `--verbosity` / `-v` is given."""
+    from absl import app, flags, logging
 
     def parse(argv):
+        argv = _resolve_config_flag(argv)
         try:
-            return flags.FLAGS(argv)
+            parsed = flags.FLAGS(argv)
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
             message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
             fail(_override_error(argv, message))
+        if not flags.FLAGS["verbosity"].present:
+            logging.set_verbosity(logging.WARNING)
+            logging.get_absl_logger().addFilter(_quiet_orbax)
+        return parsed
 
     def guarded(argv):
         try:
             return main(argv)
-        except ConfigError as e:
+        except (ConfigError, FileNotFoundError, WorkdirError) as e:
             fail(str(e))
-        except FileNotFoundError as e:
-            fail(str(e))
+        except (CheckpointCorruptError, TrainingDiverged) as e:
+            fail(str(e), FAULT)
 
     app.run(guarded, flags_parser=parse)

@@ -5,8 +5,11 @@
 --checkpoint is a jaxtree workdir / checkpoint, a Hugging Face directory or a preset (default:
 config.model.name). Tasks are the fixed held-out seeds (`jaxtree.tasks.eval_seeds`), disjoint from
 every training seed; each is played `eval.samples_per_task` times (config section `eval`, the same
-evaluation the RL job runs during training). Prints a table and writes JSON
-(--output, default <checkpoint>/eval.json for a checkpoint directory, else ./eval.json).
+evaluation the RL job runs during training). Prints a table and writes JSON to --output (default:
+<checkpoint>/eval.json for a checkpoint directory), with --transcripts episodes as text next to it
+(transcripts.jsonl and transcripts.txt). Without --output, a preset or a read-only checkpoint
+directory leaves the results unwritten, saying so; an --output that cannot be written stops the job
+before it evaluates.
 """
 
 from __future__ import annotations
@@ -20,25 +23,81 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxtree import evaluation
+from jaxtree.checkpoints import CheckpointCorruptError
+from jaxtree.config import ConfigError
+from jaxtree.experiment import Experiment
+from jaxtree.policy import Policy
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
-from jaxtree.utils import print_table
-from jaxtree.experiment import Experiment
+from jaxtree.utils import check_writable, print_table
 from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Policy to evaluate (default: "
                                   "config.model.name).")
-_OUTPUT = flags.DEFINE_string("output", None, "JSON output path.")
+_OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default: <checkpoint>/eval.json "
+                              "for a checkpoint directory).")
+_TRANSCRIPTS = flags.DEFINE_integer("transcripts", None, "Episodes written as transcripts next to "
+                                    "the JSON output (default: config.eval.transcripts; 0: none).",
+                                    lower_bound=0)
 
 
-def run(config, checkpoint: str | None, output: str | None) -> dict:
+def writable(directory: str) -> bool:
+    """Whether a file can be created in the existing `directory`."""
+    if not os.path.isdir(directory):
+        return False
+    try:
+        check_writable(directory)
+    except OSError:
+        return False
+    return True
+
+
+def output_path(spec: str, output: str | None) -> tuple[str | None, str | None]:
+    """(the JSON path to write, None) or (None, why the results stay unwritten) for the policy
+    `spec` (--checkpoint or config.model.name). An --output that cannot be written ends the job
+    here, before the evaluation's minutes are spent."""
+    if output is not None:
+        if os.path.isdir(output):
+            fail(f"--output={output} is a directory; name the JSON file to write")
+        directory = os.path.dirname(os.path.abspath(output))
+        try:
+            check_writable(directory)
+        except OSError as e:
+            fail(f"--output={output}: {directory} is not a writable directory "
+                 f"({e.strerror or e})")
+        if os.path.exists(output) and not os.access(output, os.W_OK):
+            fail(f"--output={output} is not writable")
+        return output, None
+    if not os.path.isdir(spec):
+        return None, f"{spec!r} is not a checkpoint directory"
+    if not writable(spec):
+        return None, f"{spec} is not writable"
+    return os.path.join(spec, "eval.json"), None
+
+
+def load(exp: Experiment, checkpoint: str | None) -> Policy:
+    """The policy to evaluate; an unknown or unusable --checkpoint ends the job in one line."""
+    try:
+        return exp.model.load(checkpoint)
+    except (ConfigError, CheckpointCorruptError):
+        # run_app reports both in one line: a bad config.model.name by its config path, a
+        # damaged jaxtree checkpoint as a fault (status 1)
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        fail(f"--checkpoint: {e}")
+
+
+def run(config, checkpoint: str | None, output: str | None,
+        transcripts: int | None = None) -> dict:
     exp = Experiment.from_config(config)
-    e = exp.eval
+    e = exp.eval if transcripts is None else dataclasses.replace(exp.eval, transcripts=transcripts)
+    output, not_written = output_path(exp.model.name if checkpoint is None else checkpoint,
+                                      output)
     make_env = exp.env.factory()
-    policy = exp.model.load(checkpoint)
+    policy = load(exp, checkpoint)
     k = e.samples_per_task
 
     start = time.perf_counter()
@@ -46,7 +105,8 @@ def run(config, checkpoint: str | None, output: str | None) -> dict:
     engine = SlotEngine(policy.config, policy.tokenizer, make_env, dataclasses.replace(
         engine_config, sampling=SamplingConfig(e.temperature, engine_config.sampling.top_k,
                                                engine_config.sampling.top_p)))
-    rows = {"policy": evaluation.evaluate(engine, policy.params, e)}
+    evaluated = evaluation.evaluate(engine, policy.params, e)
+    rows = {"policy": evaluated.metrics}
     seconds = time.perf_counter() - start
     tasks = eval_seeds(e.num_tasks)
     for reference in ("oracle", "random"):
@@ -63,24 +123,31 @@ def run(config, checkpoint: str | None, output: str | None) -> dict:
     result = {"checkpoint": policy.source, "env": exp.env.to_dict(), "eval": e.to_dict(),
               "seconds": seconds, "rows": rows}
     if output is None:
-        base = checkpoint if checkpoint and os.path.isdir(checkpoint) else "."
-        output = os.path.join(base, "eval.json")
+        print(f"results not written: {not_written} (pass --output=PATH)")
+        return result
     with open(output, "w") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {output}")
+    if evaluated.transcripts:
+        paths = evaluation.write_transcripts(os.path.dirname(os.path.abspath(output)),
+                                             "transcripts", evaluated.transcripts)
+        print(f"wrote {len(evaluated.transcripts)} transcripts: {' '.join(paths)}")
     return result
 
 
 def _fmt(value) -> str:
+    """Table cell: counts as integers, metrics with 3 decimals."""
     if value is None:
         return "-"
-    return f"{value:.3f}" if isinstance(value, float) and abs(value) < 100 else str(value)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
 
 
 def main(argv):
     if len(argv) > 1:
         fail(f"unexpected arguments: {argv[1:]}")
-    run(_CONFIG.value, _CHECKPOINT.value, _OUTPUT.value)
+    run(_CONFIG.value, _CHECKPOINT.value, _OUTPUT.value, _TRANSCRIPTS.value)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
     python -m launch.sample --model=tiny --prompt="Hello" --num_samples=4
     python -m launch.sample --model=/path/to/hf_checkpoint --prompt="2+2=" --chat --temperature=0.7
+
+A bad flag value or an unknown or unusable --model ends the job with one line (exit status 2; a
+damaged jaxtree checkpoint, a fault: 1); --max_new_tokens beyond the model's context is capped,
+saying so.
 """
 
 from __future__ import annotations
@@ -10,10 +14,13 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
-from jaxtree.policy import load_policy
+from jaxtree.checkpoints import CheckpointCorruptError
+from jaxtree.config import ConfigError
+from jaxtree.policy import Policy, load_policy
 from jaxtree.sampling import Sampler, SamplingConfig
+from launch.common import fail, run_app
 
 _MODEL = flags.DEFINE_string("model", "tiny", "A preset name or a local Hugging Face checkpoint directory.")
 _PROMPT = flags.DEFINE_string("prompt", "Hello", "The prompt text.")
@@ -30,22 +37,60 @@ _DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
                            "Computation dtype (default: float32 on CPU, bfloat16 on accelerators).")
 
 
+def sampling_config() -> SamplingConfig:
+    """--temperature, --top_k and --top_p; an invalid value ends the job naming its flag."""
+    try:
+        return SamplingConfig(_TEMPERATURE.value, _TOP_K.value, _TOP_P.value)
+    except ConfigError as e:
+        fail(f"--{e.path}: {e.message}")
+
+
+def load(spec: str) -> Policy:
+    """The --model policy; an unknown name or an unusable checkpoint directory ends the job in
+    one line."""
+    try:
+        return load_policy(spec, dtype=_DTYPE.value, seed=_INIT_SEED.value)
+    except CheckpointCorruptError:
+        raise  # a fault, not a user error: run_app reports it in one line with status 1
+    except (ValueError, FileNotFoundError) as e:
+        fail(f"--model: {e}")
+
+
+def fit_context(max_new_tokens: int, prompt_length: int, context: int) -> int:
+    """--max_new_tokens, capped (saying so) to what the model's context leaves after the prompt:
+    a longer cache would be allocated and compiled for positions the model was never trained
+    on."""
+    room = context - prompt_length
+    if room < 1:
+        fail(f"--prompt: its {prompt_length} tokens fill the model's context of {context}")
+    if max_new_tokens > room:
+        print(f"--max_new_tokens={max_new_tokens} capped to {room} (context {context} - prompt "
+              f"{prompt_length})")
+        return room
+    return max_new_tokens
+
+
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    try:
-        sampling = SamplingConfig(_TEMPERATURE.value, _TOP_K.value, _TOP_P.value)
-        policy = load_policy(_MODEL.value, dtype=_DTYPE.value, seed=_INIT_SEED.value)
-    except (ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        fail(f"unexpected arguments: {argv[1:]}")
+    for flag in (_NUM_SAMPLES, _MAX_NEW_TOKENS):
+        if flag.value < 1:
+            fail(f"--{flag.name}={flag.value}: must be at least 1")
+    sampling = sampling_config()
+    policy = load(_MODEL.value)
     tok = policy.tokenizer
     if _CHAT.value:
-        prompt = tok.apply_chat_template([{"role": "user", "content": _PROMPT.value}])
+        try:
+            prompt = tok.apply_chat_template([{"role": "user", "content": _PROMPT.value}])
+        except ValueError as e:  # a tokenizer without a chat template
+            fail(f"--chat: {e}")
         stops = tok.assistant_stop_sequences
     else:
         prompt = tok.encode(_PROMPT.value, add_bos=True)
         stops = []
-    sampler = Sampler(policy.config, sampling, _MAX_NEW_TOKENS.value, pad_id=tok.pad_id,
+    max_new_tokens = fit_context(_MAX_NEW_TOKENS.value, len(prompt),
+                                 policy.config.max_position_embeddings)
+    sampler = Sampler(policy.config, sampling, max_new_tokens, pad_id=tok.pad_id,
                       eos_ids=[tok.eos_id])
     start = time.perf_counter()
     result = sampler.generate(policy.params, [prompt] * _NUM_SAMPLES.value,
@@ -66,4 +111,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -7,28 +7,22 @@ by the config's sections; `configs/README.md` lists every field, e.g.
 
     --config.rollout.strategy=latr --config.advantage.name=rloo --config.loss.kl_coef=0.01
 
-With `train.init = 'sft'` the warm start runs first into <workdir>/sft (skipped when a checkpoint
-is already there); with 'model' training starts from `config.model.name` (a preset, a jaxtree
-checkpoint or a Hugging Face directory). An existing training checkpoint in the workdir is resumed.
-SIGTERM saves a checkpoint and exits cleanly. Writes <workdir>/metrics.jsonl, TensorBoard events in
-<workdir>/tensorboard and checkpoints in <workdir>/checkpoints; `python -m launch.plot
---workdir=...` draws the learning curves.
+With `train.init = 'sft'` the warm start runs first into <workdir>/sft (resumed, or skipped when
+it finished); with 'model' training starts from `config.model.name` (a preset, a jaxtree
+checkpoint or a Hugging Face directory). The same command again resumes from the newest checkpoint
+that restores and leaves a finished run as it is; SIGTERM or Ctrl-C saves a checkpoint and exits
+with status 0; a second job on the workdir, or another config in it, is refused in one line
+(`jaxtree.train.jobs`). Writes <workdir>/config.json, metrics.jsonl, transcripts/, TensorBoard
+events in tensorboard/ and checkpoints in checkpoints/; `python -m launch.plot --workdir=...`
+draws the learning curves.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
-
-import jax
-from absl import flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from jaxtree import checkpoints
-from jaxtree.experiment import Experiment
-from jaxtree.train.trainer import Trainer, check_experiment
-from jaxtree.train.warm_start import warm_start
+from jaxtree.train.jobs import train_job
 from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
@@ -36,42 +30,11 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics).")
 _STOP_AFTER = flags.DEFINE_integer("stop_after", None, "Stop (with a checkpoint) after this many "
                                    "steps of this job; a later job resumes.")
-
-
-def initial_policy(exp: Experiment, config_dict: dict, workdir: str):
-    """The policy training starts from (running the warm start first if the config says so)."""
-    if exp.train.init == "model":
-        return exp.model.load()
-    sft_dir = os.path.join(workdir, "sft")
-    if not (os.path.isdir(sft_dir) and checkpoints.is_policy_checkpoint(sft_dir)):
-        logging.info("warm start into %s", sft_dir)
-        warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
-                   sft_dir, {"job": "sft", "config": config_dict})
-    return exp.model.load(sft_dir)
-
-
-def run(config, workdir: str, stop_after: int | None = None) -> dict:
-    exp = Experiment.from_config(config)
-    check_experiment(exp)
-    start = time.perf_counter()
-    policy = initial_policy(exp, config.to_dict(), workdir)
-    metadata = {"job": "train", "model": policy.config.to_dict(),
-                "tokenizer": policy.tokenizer_spec, "source": policy.source,
-                "config": config.to_dict()}
-    result = Trainer(exp, workdir, policy, metadata).run(stop_after)
-    result["seconds"] = time.perf_counter() - start
-    summary = {k: result[k] for k in ("step", "preempted", "seconds")}
-    for name in ("initial_eval", "final_eval"):
-        if result[name]:
-            summary[name] = {k: result[name][k] for k in ("eval/success_rate", "eval/pass@1")
-                             if k in result[name]}
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "train_summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-    status = "stopped early: checkpoint saved" if result["preempted"] else "done"
-    print(f"train: {status} at step {result['step']} in {result['seconds']:.0f}s; "
-          f"{json.dumps(summary)}")
-    return result
+_ALLOW_CONFIG_CHANGE = flags.DEFINE_boolean(
+    "allow_config_change", False, "Resume a workdir whose config.json differs from this config "
+    "(the change is recorded in config_changes.jsonl).")
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Delete this job's outputs in the workdir "
+                                  "(checkpoints, logs, warm start) and start over.")
 
 
 def main(argv):
@@ -79,7 +42,8 @@ def main(argv):
         fail(f"unexpected arguments: {argv[1:]}")
     if _WORKDIR.value is None:
         fail("--workdir is required")
-    run(_CONFIG.value, _WORKDIR.value, _STOP_AFTER.value)
+    train_job(_CONFIG.value, _WORKDIR.value, _STOP_AFTER.value, _ALLOW_CONFIG_CHANGE.value,
+              _OVERWRITE.value)
 
 
 if __name__ == "__main__":

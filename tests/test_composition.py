@@ -86,14 +86,14 @@ def custom_parts():
 
 def test_registered_parts_train_through_the_launch_job_with_only_config_changes(custom_parts,
                                                                                  tmp_path):
-    from launch import train
+    from jaxtree.train import jobs
     config = toy_config(steps=2)
     for path, value in {"rollout.strategy": "fork_at_turn", "rollout.fork_at_turn.fork_turn": 2,
                         "rollout.group_size": 3, "reward.terms": ("outcome", "progress"),
                         "reward.progress.weight": 0.25, "advantage.name": "centred_outcome",
                         "eval.every": 2}.items():
         set_path(config, path, value)
-    result = train.run(config, str(tmp_path))
+    result = jobs.train_job(config, str(tmp_path))
     assert result["step"] == 2
     records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [0, 1, 2]

@@ -8,7 +8,10 @@ trained on are exactly the tokens it sees and produces in rollouts.
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from environments.base import TextEnv
+from jaxtree.config import ConfigError
 from jaxtree.tokenizers import Tokenizer
 
 
@@ -36,3 +39,22 @@ def action_tokens(tokenizer: Tokenizer, text: str) -> list[int]:
 def action_text(tokenizer: Tokenizer, tokens: list[int], ended: bool) -> str:
     """The text of generated action tokens; `ended`: the last token is a stop token to drop."""
     return tokenizer.decode(tokens[:-1] if ended and tokens else tokens)
+
+
+def check_prompts_fit(make_env: Callable[[], TextEnv], tokenizer: Tokenizer, context_length: int,
+                      max_action_tokens: int, seeds: Sequence[int]) -> int:
+    """Raises ConfigError naming `rollout.context_length` when the first prompt of a task (of
+    `seeds`) leaves no room for one action of `max_action_tokens` tokens: every rollout would
+    end before its first action and a warm start would train on nothing. Returns the longest
+    prompt's length. A check at launch, before any work."""
+    env = make_env()
+    longest = 0
+    for seed in seeds:
+        env.reset(seed)
+        longest = max(longest, len(first_turn_tokens(tokenizer, env)))
+    if longest + max_action_tokens > context_length:
+        raise ConfigError("rollout.context_length",
+                          f"{context_length} is too short: the environment's first prompt takes "
+                          f"{longest} tokens, plus rollout.max_action_tokens={max_action_tokens} "
+                          f"for one action needs at least {longest + max_action_tokens}")
+    return longest

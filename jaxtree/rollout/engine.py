@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -165,10 +165,13 @@ class SlotEngine:
     def has_work(self) -> bool:
         return bool(self.slots or self.queue)
 
-    def run(self) -> None:
-        """Plays turns until every queued and live episode has finished."""
+    def run(self, progress: Callable[[int], Any] | None = None) -> None:
+        """Plays turns until every queued and live episode has finished; `progress(n)` after
+        each turn with the n episodes it finished (a progress bar's `update`)."""
         while self.has_work:
-            self.play_turn()
+            finished = self.play_turn()
+            if progress is not None:
+                progress(len(finished))
 
     def collect(self) -> TrajectoryBatch:
         """The episodes finished since the last collect, as a batch ordered by episode id."""

@@ -15,18 +15,51 @@ from typing import Any
 
 import jax
 import numpy as np
-from absl import logging
+
+from jaxtree.utils import report
 
 METRICS_FILE = "metrics.jsonl"
 
 
-def read_metrics(workdir: str) -> list[dict[str, Any]]:
-    """All records of <workdir>/metrics.jsonl (empty if there is none)."""
-    path = os.path.join(workdir, METRICS_FILE)
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The records of a JSON-lines log (empty if there is none). A line that does not parse (the
+    torn last line of a process killed mid-write) is dropped with a warning."""
     if not os.path.exists(path):
         return []
+    records, torn = [], 0
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                torn += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                torn += 1
+    if torn:
+        report(f"{path}: {torn} unreadable line(s) dropped (a write cut off by a kill?)")
+    return records
+
+
+def keep_records_until(path: str, step: int) -> None:
+    """Rewrites a JSON-lines log with only its records of steps <= `step` (a resumed run
+    continues the log of the checkpoint it resumed, without the steps it will redo); the
+    rewrite goes through a temporary file, so a kill during it loses nothing."""
+    kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for record in kept:
+            f.write(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+    """All records of <workdir>/metrics.jsonl (empty if there is none)."""
+    return read_jsonl(os.path.join(workdir, METRICS_FILE))
 
 
 def tensorboard_tag(name: str) -> str:
@@ -51,15 +84,12 @@ class MetricsWriter:
             return
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, METRICS_FILE)
-        kept = [r for r in read_metrics(workdir) if r.get("step", 0) <= resume_step]
-        with open(self.path, "w") as f:
-            for record in kept:
-                f.write(json.dumps(record) + "\n")
+        keep_records_until(self.path, resume_step)
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter
             except ImportError:
-                logging.warning("tensorboardX is not installed: metrics go to %s only", self.path)
+                report(f"tensorboardX is not installed: metrics go to {self.path} only")
             else:
                 self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
                                          purge_step=resume_step + 1 if resume_step else None)

@@ -26,19 +26,18 @@ uninterrupted one exactly.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
 from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from tqdm import tqdm
 
 from jaxtree import checkpoints, evaluation, losses
 from jaxtree.advantages import build_advantage, build_filter, select_groups
 from jaxtree.config import ConfigError, Section, one_of, option, positive, require
+from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.policy import Policy
 from jaxtree.rewards import build_rewards
 from jaxtree.rewards.base import Rewards, concatenate_rewards
@@ -48,8 +47,9 @@ from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
+from jaxtree.train.stop import StopRequest
 from jaxtree.train.update import Updater, optimizer_from_config
-from jaxtree.utils import round_up
+from jaxtree.utils import report, round_up
 
 if TYPE_CHECKING:
     from jaxtree.experiment import Experiment
@@ -71,6 +71,13 @@ class TrainConfig(Section):
     micro_batch_size: int = option(16, "rows per gradient-accumulation micro-batch (a multiple "
                                    "of mesh data x fsdp)", check=positive())
     tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
+    max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
+                                    "steps whose updates were all skipped as non-finite",
+                                    check=positive())
+
+
+class TrainingDiverged(RuntimeError):
+    """Training cannot go on: every update of several consecutive steps was non-finite."""
 
 
 def check_experiment(exp: "Experiment") -> None:
@@ -86,6 +93,13 @@ def check_experiment(exp: "Experiment") -> None:
     require(train.num_minibatches <= rollout.groups_per_step * rollout.group_size,
             "train.num_minibatches", f"{train.num_minibatches} is more than the "
             f"{rollout.groups_per_step * rollout.group_size} episodes of a step")
+    try:
+        parallelism = mesh_lib.batch_parallelism(exp.mesh.make())
+    except ValueError as e:
+        raise ConfigError("mesh", f"{e} ({jax.device_count()} devices here)") from None
+    require(train.micro_batch_size % parallelism == 0, "train.micro_batch_size",
+            f"{train.micro_batch_size} is not a multiple of the mesh's batch parallelism "
+            f"data x fsdp = {parallelism}")
 
 
 def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
@@ -136,7 +150,6 @@ class Trainer:
         self.norm_constant = exp.loss.norm_constant or float(
             engine.max_action_tokens * (engine.max_turns or make_env().max_steps))
         self.checkpointer = checkpoints.TrainCheckpointer(workdir, exp.checkpoint.keep)
-        self._stop_requested = False
 
     # ------------------------------------------------------------------ rollout and rewards
 
@@ -227,77 +240,92 @@ class Trainer:
                 state, metrics = self.updater.step(state, mb)
                 collected.append(jax.device_get(metrics))
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
+        out["train/updates"] = len(collected)
         out["train/skipped"] = int(sum(int(m["skipped"]) for m in collected))
         out["train/grad_norm_max"] = float(max(m["grad_norm"] for m in collected))
         out["train/learning_rate"] = float(self.schedule(int(state.step) - 1))
         if out["train/skipped"]:
-            logging.warning("step %d: %d update(s) skipped (non-finite loss or gradient)",
-                            step, out["train/skipped"])
+            report(f"step {step}: {out['train/skipped']} of {len(collected)} update(s) skipped "
+                   "(non-finite loss or gradient)")
         return state, out
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, params) -> dict[str, float]:
-        """Held-out success and the evaluation metrics (config section `eval`)."""
+    def evaluate(self, params, step: int) -> dict[str, float]:
+        """Held-out success and the evaluation metrics (config section `eval`); the evaluation's
+        transcripts go to <workdir>/transcripts/step_<step>.{jsonl,txt}."""
         result = evaluation.evaluate(self.eval_engine, params, self.exp.eval)
-        return {f"eval/{key}": value for key, value in result.items()}
+        # Every process evaluates the same episodes; one writes them.
+        if result.transcripts and jax.process_index() == 0:
+            evaluation.write_transcripts(f"{self.workdir}/transcripts", f"step_{step}",
+                                         result.transcripts)
+        return {f"eval/{key}": value for key, value in result.metrics.items()}
 
     # ------------------------------------------------------------------ the loop
 
-    def _on_sigterm(self, signum, frame):
-        logging.warning("SIGTERM: saving a checkpoint after the current step, then exiting")
-        self._stop_requested = True
+    def resume(self, state, sampler: TaskSampler):
+        """(state, rng, start step, trainer dict) from the newest checkpoint that restores (a
+        damaged newer one is skipped, saying so), or the fresh state at step 0."""
+        rng = jax.random.key(self.exp.train.seed)
+        restored = self.checkpointer.restore_latest(state.params, state.opt_state, report=report)
+        if restored is None:
+            return state, rng, 0, {}
+        step, params, opt_state, rng, trainer_state = restored
+        optimizer_steps = jax.device_put(jnp.asarray(trainer_state["optimizer_steps"], jnp.int32),
+                                         self.updater.state_shardings.step)
+        sampler.set_state(trainer_state["sampler"])
+        report(f"resumed from {self.checkpointer.directory}/{step}")
+        return type(state)(optimizer_steps, params, opt_state), rng, step, trainer_state
 
-    def run(self, stop_after: int | None = None) -> dict[str, Any]:
+    def run(self, stop_after: int | None = None, stop: StopRequest | None = None) -> dict[str, Any]:
         """Trains to `train.steps` (resuming from the newest checkpoint in the workdir).
 
-        `stop_after` ends this run after that many steps with a checkpoint, as a preemption
-        would (for jobs on time-limited queues, and for resume tests).
+        A stop request (SIGTERM / SIGINT, `jaxtree.train.stop`; installed here when `stop` is
+        None) or `stop_after` steps of this run end it after the current step with a checkpoint,
+        as a preemption would (for jobs on time-limited queues, and for resume tests).
+        `train.max_skipped_steps` consecutive steps without a finite update end it with
+        TrainingDiverged (the last checkpoint holds the parameters before them).
 
         Returns {'step', 'preempted', 'final_eval', 'initial_eval'} for the caller's summary.
         """
+        if stop is None:
+            with StopRequest() as own:
+                return self.run(stop_after, own)
         t = self.exp.train
         sampler = TaskSampler(t.seed)
-        state = self.updater.init_state(self.policy.params)
-        rng = jax.random.key(t.seed)
-        start_step, trainer_state = 0, {}
-        latest = self.checkpointer.latest_step()
-        if latest is not None:
-            params, opt_state, rng, trainer_state = self.checkpointer.restore(
-                latest, state.params, state.opt_state)
-            optimizer_steps = jax.device_put(jnp.asarray(trainer_state["optimizer_steps"],
-                                                         jnp.int32),
-                                             self.updater.state_shardings.step)
-            state = type(state)(optimizer_steps, params, opt_state)
-            sampler.set_state(trainer_state["sampler"])
-            start_step = latest
-            logging.info("resumed from %s/checkpoints/%d", self.workdir, latest)
+        state, rng, start_step, trainer_state = self.resume(
+            self.updater.init_state(self.policy.params), sampler)
         writer = MetricsWriter(self.workdir, start_step, t.tensorboard)
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         initial_eval = trainer_state.get("initial_eval")
-        final_eval, preempted, step = None, False, start_step
+        final_eval, preempted, step, skipped_run = None, False, start_step, 0
         try:
             if start_step == 0:
-                initial_eval = self.evaluate(state.params)
+                initial_eval = self.evaluate(state.params, 0)
                 writer.write(0, initial_eval)
             bar = tqdm(range(start_step + 1, t.steps + 1), desc="train", unit="step",
                        initial=start_step, total=t.steps)
             for step in bar:
                 state, metrics = self.train_step(state, step, sampler)
                 if step % self.exp.eval.every == 0 or step == t.steps:
-                    final_eval = self.evaluate(state.params)
+                    final_eval = self.evaluate(state.params, step)
                     metrics.update(final_eval)
                 writer.write(step, metrics)
                 bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}",
                                 kl=f"{metrics['train/kl']:.3f}")
-                preempted = self._stop_requested or (
+                all_skipped = metrics.get("train/skipped") == metrics.get("train/updates")
+                skipped_run = skipped_run + 1 if all_skipped else 0
+                if skipped_run >= t.max_skipped_steps:
+                    raise TrainingDiverged(
+                        f"{skipped_run} consecutive steps (to step {step}) had no finite update "
+                        "(NaN/inf loss or gradient), so the run stops; skipped updates leave the "
+                        "parameters as they were: lower optim.learning_rate or check model.dtype")
+                preempted = stop.requested or (
                     stop_after is not None and step - start_step >= stop_after and step < t.steps)
                 if step % self.exp.checkpoint.every == 0 or step == t.steps or preempted:
                     self._save(state, rng, sampler, step, initial_eval)
                 if preempted:
                     break
         finally:
-            signal.signal(signal.SIGTERM, previous)
             writer.close()
             self.checkpointer.close()
         self.state = state
@@ -310,7 +338,7 @@ class Trainer:
         batch, rewards, metrics = self.rollout(state.params, step, sampler)
         rollout_seconds = time.perf_counter() - start
         if len(batch) == 0:
-            logging.warning("step %d: every group was filtered out; no update", step)
+            report(f"step {step}: every group was filtered out; no update")
             metrics.update({"train/skipped": 1, "train/kl": float("nan")})
         else:
             advantages = self.advantage_fn(batch, rewards)
@@ -323,7 +351,6 @@ class Trainer:
 
     def _save(self, state, rng, sampler: TaskSampler, step: int, initial_eval) -> None:
         self.checkpointer.save(
-            step, state.params, state.opt_state, rng,
-            {"step": step, "optimizer_steps": int(state.step), "sampler": sampler.state(),
-             "initial_eval": initial_eval},
-            self.metadata)
+            step, state.params, self.metadata, opt_state=state.opt_state, rng=rng,
+            trainer={"step": step, "optimizer_steps": int(state.step), "sampler": sampler.state(),
+                     "initial_eval": initial_eval})

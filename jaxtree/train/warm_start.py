@@ -22,11 +22,14 @@ from tqdm import tqdm
 
 from environments.base import TextEnv
 from jaxtree import checkpoints
-from jaxtree.config import Section, between, non_negative, option, positive, require
+from jaxtree.config import ConfigError, Section, between, non_negative, option, positive, require
 from jaxtree.policy import Policy
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tasks import train_seeds
+from jaxtree.train.metrics import keep_records_until
 from jaxtree.train.sft import make_optimizer, pad_batch, sft_step
+from jaxtree.train.stop import StopRequest
+from jaxtree.utils import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +54,39 @@ class WarmStartConfig(Section):
                 f"{self.warmup_steps} is not in [0, sft.steps={self.steps}]")
 
 
+@dataclasses.dataclass
+class WarmStartResult:
+    path: str | None       # the finished checkpoint's directory (None when stopped early)
+    finished: bool
+    step: int              # the last optimizer step done
+
+
+def finished_checkpoint(workdir: str) -> str | None:
+    """The directory of the finished warm start in `workdir`, or None. Only the last save holds
+    no optimizer state (an interrupted one does, to resume), so a finished warm start stays
+    the one used when a resumed job's config changes `sft.steps` (--allow_config_change)."""
+    root = os.path.join(os.path.abspath(workdir), checkpoints.CHECKPOINTS)
+    finished = [step for step in checkpoints.complete_steps(workdir)
+                if not os.path.isdir(os.path.join(root, str(step), "opt_state"))]
+    return os.path.join(root, str(finished[-1])) if finished else None
+
+
 def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[], TextEnv],
-               context_length: int, workdir: str, metadata: dict[str, Any]) -> str:
+               context_length: int, workdir: str, metadata: dict[str, Any],
+               stop: StopRequest | None = None) -> WarmStartResult:
     """Trains `policy` on demonstrations of at most `context_length` tokens and checkpoints it
-    into `workdir` (metadata added to the checkpoint's); returns the checkpoint directory."""
+    into `workdir` (metadata added to the checkpoint's).
+
+    Resumable: a finished warm start in `workdir` is returned as it is; an interrupted one (a
+    stop request, SIGTERM / SIGINT, saved params + optimizer state + the batch sampler's state)
+    goes on from its step and ends exactly where an uninterrupted run would.
+    """
+    if stop is None:
+        with StopRequest() as own:
+            return warm_start(settings, policy, make_env, context_length, workdir, metadata, own)
+    done = finished_checkpoint(workdir)
+    if done is not None:
+        return WarmStartResult(done, True, int(os.path.basename(done)))
     s = settings
     rng = np.random.default_rng(s.seed)
     start = time.perf_counter()
@@ -62,6 +94,10 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
     demos = [demonstrate(env, policy.tokenizer, seed, s.epsilon, rng, context_length)
              for seed in train_seeds(rng, s.num_episodes)]
     demo_success = float(np.mean([d.success for d in demos]))
+    action_tokens = sum(int(np.sum(d.loss_mask)) for d in demos)
+    if action_tokens == 0:
+        raise ConfigError("rollout.context_length", f"{context_length}: no demonstration keeps "
+                          "an action token within it (the prompts are longer)")
     logging.info("%d demonstrations in %.1fs, success %.1f%%", len(demos),
                  time.perf_counter() - start, 100 * demo_success)
 
@@ -70,21 +106,47 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
     params = policy.params
     opt_state = optimizer.init(params)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "sft_metrics.jsonl"), "w") as log:
-        for step in tqdm(range(1, s.steps + 1), desc="sft", unit="step"):
-            batch = rng.integers(0, len(demos), size=s.batch_size)
-            tokens, mask = pad_batch([demos[i].tokens for i in batch],
-                                     [demos[i].loss_mask for i in batch], policy.tokenizer.pad_id)
-            params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
-                                                  tokens, mask)
-            if step % s.log_every == 0 or step == s.steps:
-                record = {"step": step, **{k: float(v) for k, v in jax.device_get(metrics).items()}}
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                logging.info("sft step %d: %s", step, record)
-    path = checkpoints.save_policy(
-        workdir, s.steps, params, policy.config, policy.tokenizer_spec,
-        extra={**metadata, "source": policy.source, "demonstration_success": demo_success})
-    print(f"sft: {len(demos)} demonstrations (success {demo_success:.1%}), {s.steps} steps, "
-          f"final loss {record['loss']:.4f}, {time.perf_counter() - start:.0f}s -> {path}")
-    return path
+    saver = checkpoints.TrainCheckpointer(workdir, max_to_keep=1)
+    metadata = {**metadata, "source": policy.source, "demonstration_success": demo_success}
+    model_metadata = {"model": policy.config.to_dict(), "tokenizer": policy.tokenizer_spec}
+    log_path = os.path.join(workdir, "sft_metrics.jsonl")
+    first = 1
+    restored = saver.restore_latest(params, opt_state, report=report)
+    if restored is not None:
+        first_done, params, opt_state, _, state = restored
+        rng.bit_generator.state = state["batch_rng"]
+        first = first_done + 1
+        report(f"sft: resumed from {saver.directory}/{first_done}")
+    keep_records_until(log_path, first - 1)
+    step, record = first - 1, {}
+    try:
+        with open(log_path, "a") as log:
+            for step in tqdm(range(first, s.steps + 1), desc="sft", unit="step",
+                             initial=first - 1, total=s.steps):
+                batch = rng.integers(0, len(demos), size=s.batch_size)
+                tokens, mask = pad_batch([demos[i].tokens for i in batch],
+                                         [demos[i].loss_mask for i in batch],
+                                         policy.tokenizer.pad_id)
+                params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
+                                                      tokens, mask)
+                if step % s.log_every == 0 or step == s.steps:
+                    record = {"step": step,
+                              **{k: float(v) for k, v in jax.device_get(metrics).items()}}
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                    logging.info("sft step %d: %s", step, record)
+                if stop.requested and step < s.steps:
+                    saver.save(step, params, {**model_metadata, **metadata, "finished": False},
+                               opt_state=opt_state,
+                               trainer={"step": step, "batch_rng": rng.bit_generator.state})
+                    report(f"sft: stopped at step {step} of {s.steps}; checkpoint "
+                           f"{saver.directory}/{step} (the same command resumes)")
+                    return WarmStartResult(None, False, step)
+        saver.save(s.steps, params, {**model_metadata, **metadata, "finished": True})
+    finally:
+        saver.close()
+    path = finished_checkpoint(workdir)
+    loss = f", final loss {record['loss']:.4f}" if "loss" in record else ""
+    print(f"sft: {len(demos)} demonstrations (success {demo_success:.1%}), {s.steps} steps"
+          f"{loss}, {time.perf_counter() - start:.0f}s -> {path}")
+    return WarmStartResult(path, True, s.steps)

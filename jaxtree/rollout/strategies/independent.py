@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 
@@ -12,8 +12,10 @@ from jaxtree.rollout.trajectory import TrajectoryBatch
 
 
 def sample_independent(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                       group_size: int) -> TrajectoryBatch:
-    """Rolls out `group_size` episodes of every task; group g holds the episodes of task_ids[g].
+                       group_size: int,
+                       progress: Callable[[int], Any] | None = None) -> TrajectoryBatch:
+    """Rolls out `group_size` episodes of every task; group g holds the episodes of task_ids[g]
+    (`progress` as in `SlotEngine.run`).
 
     Returns the batch ordered by group (episode ids are assigned group by group).
     """
@@ -23,7 +25,7 @@ def sample_independent(engine: SlotEngine, params, rng: jax.Array, task_ids: Seq
     for group, task in enumerate(task_ids):
         for _ in range(group_size):
             engine.add_episode(task, group_id=group)
-    engine.run()
+    engine.run(progress)
     return engine.collect()
 
 

@@ -4,7 +4,6 @@ run is finished or to be resumed, and executing the unfinished ones with a runne
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import shlex
@@ -15,6 +14,7 @@ from jaxtree.train.compare.grid import GridError, display_path
 from jaxtree.train.compare.plan import Run, WarmStart, jsonable
 from jaxtree.train.compare.runner import Runner, log_tail, stop_requested
 from jaxtree.train.metrics import METRICS_FILE
+from jaxtree.train.workdir import WorkdirError, WorkdirLock
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
@@ -237,22 +237,16 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
     return failures
 
 
-class OutputLock:
-    """An exclusive lock on <out>/.compare.lock: one harness per output directory."""
+class OutputLock(WorkdirLock):
+    """An exclusive lock on <out>/.compare.lock: one harness per output directory (GridError
+    naming the holder otherwise)."""
 
     def __init__(self, out: str):
-        self.path = os.path.join(out, ".compare.lock")
-        self.file = None
+        super().__init__(out, "launch.compare", filename=".compare.lock")
 
     def __enter__(self):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.file = open(self.path, "w")
         try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            self.file.close()
-            raise GridError(f"another compare is running on {os.path.dirname(self.path)}") from e
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
+            return super().__enter__()
+        except WorkdirError as e:
+            raise GridError(str(e)) from None

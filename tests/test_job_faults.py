@@ -1,0 +1,251 @@
+"""Jobs never lose or mix results: faults injected into `launch.sft` and `launch.train` (signals,
+kills, unfinished saves, damaged checkpoints, torn logs, concurrent and repeated runs, changed
+configs) leave every workdir consistent, and each error ends the job with one line: exit status
+2 for a user error, 1 for a fault."""
+
+import json
+import os
+import signal
+import time
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from jaxtree import checkpoints
+from jaxtree.experiment import Experiment, set_path, sibling_config
+from jaxtree.policy import load_policy
+from jaxtree.train.metrics import read_jsonl, read_metrics
+from jaxtree.train.warm_start import finished_checkpoint, warm_start
+from jaxtree.train.workdir import WorkdirError, WorkdirLock
+from toy_run import (CONFIG_FILE, ROOT, TOY, TOY_SFT, assert_one_line_error, flags, start_job,
+                     toy_config, wait_jobs)
+
+SFT_CONFIG = os.path.join(ROOT, "configs", "frozen_lake_sft.py")
+
+
+def _job(module, *args, cwd=ROOT, env=None, timeout=300):
+    return wait_jobs(start_job("-m", module, *args, cwd=cwd, env=env), timeout=timeout)[0]
+
+
+_assert_one_line_error = assert_one_line_error
+
+
+def _sft_config(steps):
+    config = sibling_config(CONFIG_FILE, "frozen_lake_sft")
+    for key, value in {**TOY, **TOY_SFT, "sft.steps": steps}.items():
+        set_path(config, key, value)
+    return config
+
+
+def _files(workdir):
+    """{relative path: bytes} of every file under `workdir` but the lock."""
+    out = {}
+    for root, _, names in os.walk(workdir):
+        for name in names:
+            path = os.path.join(root, name)
+            if name != ".lock":
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, workdir)] = f.read()
+    return out
+
+
+def _damage(step_dir):
+    """Truncates every data file of a checkpoint's parameters, as a disk-full or a copy cut
+    short would."""
+    for root, _, names in os.walk(os.path.join(step_dir, "params")):
+        for name in names:
+            path = os.path.join(root, name)
+            if os.path.basename(root) == "d" and os.path.getsize(path) > 64:
+                with open(path, "r+b") as f:
+                    f.truncate(16)
+
+
+# ----------------------------------------------------------------------------- warm start
+
+def test_rerunning_sft_keeps_its_result_refuses_another_config_and_overwrite_replaces(tmp_path):
+    """Item 1: a rerun of the same warm start leaves it as it is; another config is refused
+    (naming the changed field) unless --overwrite, which replaces checkpoint, log and
+    config.json together, so the printed path and the files always agree."""
+    from jaxtree.train import jobs
+    workdir = str(tmp_path / "sft")
+    first = jobs.sft_job(_sft_config(4), workdir)
+    assert first.endswith(os.path.join("checkpoints", "4")) and os.path.isdir(first)
+    before = _files(workdir)
+    assert jobs.sft_job(_sft_config(4), workdir) == first
+    assert _files(workdir) == before
+
+    with pytest.raises(WorkdirError, match=r"sft\.steps: 4 -> 2.*--overwrite"):
+        jobs.sft_job(_sft_config(2), workdir)
+    assert _files(workdir) == before
+
+    second = jobs.sft_job(_sft_config(2), workdir, overwrite=True)
+    assert second.endswith(os.path.join("checkpoints", "2")) and os.path.isdir(second)
+    assert checkpoints.complete_steps(workdir) == [2]
+    assert [r["step"] for r in read_jsonl(os.path.join(workdir, "sft_metrics.jsonl"))] == [1, 2]
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["sft"]["steps"] == 2
+    chex.assert_trees_all_equal(load_policy(workdir).params, load_policy(second).params)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_warm_start_saves_and_the_resumed_warm_start_is_exact(tmp_path):
+    """Item 8: Ctrl-C during the warm start of `launch.train` saves a resumable checkpoint and
+    exits 0 without a traceback (SIGTERM takes the same path: test_trainer sends it to the RL
+    loop); finishing the warm start then gives exactly the parameters and log of an
+    uninterrupted one. Item 3: an unfinished save (what a kill -9 during it leaves behind) does
+    not count as a warm start and is cleaned up."""
+    steps = 40
+    workdir = tmp_path / "run"
+    sft_dir = workdir / "sft"
+    unfinished = sft_dir / "checkpoints" / f"{steps}.orbax-checkpoint-tmp-1700000000"
+    os.makedirs(unfinished / "params")
+    (unfinished / "params" / "manifest.ocdbt").write_bytes(b"\0" * 10)
+    log = sft_dir / "sft_metrics.jsonl"
+    proc = start_job("-m", "launch.train", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
+                     *flags({**TOY, **TOY_SFT, "sft.steps": steps}), "--config.train.steps=1")
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(read_jsonl(str(log))) >= 3:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and "stopped during the warm start" in stdout
+    assert not unfinished.exists()
+    (saved,) = checkpoints.TrainCheckpointer(str(sft_dir)).resumable_steps()
+    assert 3 <= saved < steps and finished_checkpoint(str(sft_dir)) is None
+    assert [r["step"] for r in read_jsonl(str(log))] == list(range(1, saved + 1))
+
+    exp = Experiment.from_config(toy_config(1, **{k.replace(".", "__"): v for k, v in
+                                                  {**TOY_SFT, "sft.steps": steps}.items()}))
+    make = lambda directory: warm_start(exp.sft, exp.model.load(), exp.env.factory(),
+                                        exp.rollout.context_length, str(directory), {})
+    resumed, straight = make(sft_dir), make(tmp_path / "straight")
+    assert resumed.finished and straight.finished
+    chex.assert_trees_all_equal(load_policy(resumed.path).params, load_policy(straight.path).params)
+    assert read_jsonl(str(log)) == read_jsonl(str(tmp_path / "straight" / "sft_metrics.jsonl"))
+
+
+# ----------------------------------------------------------------------------- RL runs
+
+@pytest.mark.slow
+def test_train_resumes_past_damage_and_leaves_finished_or_other_config_runs_alone(
+        tmp_path, capfd):
+    """Items 4-7 on one run: a damaged newest checkpoint is skipped (saying which and why) for
+    the newest one that restores; a torn last line of metrics.jsonl is dropped; a finished run
+    rerun changes no file; another config is refused with a one-line diff unless
+    --allow_config_change (recorded); evaluating a damaged checkpoint names the bad tensor."""
+    from jaxtree.train import jobs
+    workdir = str(tmp_path / "run")
+    assert jobs.train_job(toy_config(3), workdir, stop_after=2)["step"] == 2
+    root = os.path.join(workdir, "checkpoints")
+    assert checkpoints.complete_steps(workdir) == [1, 2]
+    _damage(os.path.join(root, "2"))
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 3, "rollout/succ')  # the process died mid-write
+    capfd.readouterr()
+
+    assert jobs.train_job(toy_config(3), workdir)["step"] == 3
+    err = capfd.readouterr().err
+    assert f"skipping checkpoint {root}/2 is incomplete or corrupt" in err
+    assert f"resumed from {root}/1" in err
+    assert [r["step"] for r in read_metrics(workdir)] == [0, 1, 2, 3]
+
+    finished = _files(workdir)
+    assert jobs.train_job(toy_config(3), workdir) is None
+    assert _files(workdir) == finished
+
+    changed = _job("launch.train", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
+                   *flags(TOY), "--config.train.steps=3", "--config.optim.learning_rate=0.2",
+                   "--config.rollout.group_size=4")
+    _assert_one_line_error(changed, 2, "optim.learning_rate: 0.001 -> 0.2",
+                           "rollout.group_size: 2 -> 4", "--allow_config_change")
+    assert _files(workdir) == finished
+
+    assert jobs.train_job(toy_config(4), workdir, allow_config_change=True)["step"] == 4
+    with open(os.path.join(workdir, "config_changes.jsonl")) as f:
+        assert json.loads(f.readline())["changes"] == ["train.steps: 3 -> 4"]
+
+    _damage(os.path.join(root, "4"))
+    evaluated = _job("launch.evaluate", f"--config={CONFIG_FILE}", f"--checkpoint={workdir}",
+                     *flags(TOY))
+    _assert_one_line_error(evaluated, 1, f"checkpoint {root}/4 is incomplete or corrupt",
+                           "params")
+
+
+def test_a_busy_workdir_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    """Item 2: a second job on a workdir in use is refused naming the holder's pid (here with
+    the README's relative --config, run from outside the repository); once the holder is
+    killed with SIGKILL the workdir is free again."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    holder = start_job("-c", "import sys, time\nfrom jaxtree.train.workdir import WorkdirLock\n"
+                       "lock = WorkdirLock(sys.argv[1], 'holder').__enter__()\n"
+                       "print('locked', flush=True)\ntime.sleep(600)", str(workdir))
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = _job("launch.train", "--config=configs/frozen_lake_grpo.py",
+                    f"--workdir={workdir}", *flags(TOY), cwd=str(tmp_path))
+        _assert_one_line_error(proc, 2, f"pid {holder.pid} on", "(holder, since", "in use")
+        assert os.listdir(workdir) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    with WorkdirLock(str(workdir), "test"):
+        pass
+
+
+# ----------------------------------------------------------------------------- one-line errors
+
+def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
+    """Bad fields and values, and every check that can run before any work, end the job in one
+    line with status 2; a run whose updates stay non-finite stops with status 1 (the jobs are
+    started together)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    fake_devices = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") +
+                        " --xla_force_host_platform_device_count=2")
+    train = ["-m", "launch.train", f"--config={CONFIG_FILE}", f"--workdir={tmp_path / 'w'}"]
+    sft = ["-m", "launch.sft", f"--config={SFT_CONFIG}", f"--workdir={tmp_path / 's'}"]
+    cases = {
+        "dtype": (train + ["--config.model.dtype=foo"], None, 2, ["config.model.dtype: 'foo'"]),
+        "value": (sft + ["--config.sft.epsilon=1.5"], None, 2,
+                  ["config.sft.epsilon: 1.5 is not in [0, 1]"]),
+        "unknown": (sft + ["--config.sft.epsilonn=0.1"], None, 2,
+                    ["config.sft.epsilonn: unknown field"]),
+        "moved": (train + ["--config.train.kl_coef=0.1"], None, 2,
+                  ["config.train.kl_coef moved to config.loss.kl_coef"]),
+        "context": (train + ["--config.rollout.context_length=40"], None, 2,
+                    ["config.rollout.context_length: 40 is too short", "81 tokens"]),
+        "mesh": (train + ["--config.mesh.fsdp=3"], None, 2, ["config.mesh:", "devices"]),
+        "micro_batch": (train + ["--config.train.micro_batch_size=3"], fake_devices, 2,
+                        ["config.train.micro_batch_size: 3 is not a multiple", "= 2"]),
+        "config_file": (["-m", "launch.train", "--config=configs/nothing.py",
+                         f"--workdir={tmp_path}"], None, 2,
+                        ["--config=configs/nothing.py: no such config file"]),
+        "under_a_file": (["-m", "launch.sft", f"--config={SFT_CONFIG}",
+                          f"--workdir={a_file / 'sft'}"], None, 2,
+                         [f"workdir {a_file / 'sft'} is not usable"]),
+        "proc": (train[:-1] + ["--workdir=/proc/jaxtree_run"], None, 2,
+                 ["workdir /proc/jaxtree_run is not usable"]),
+        "diverged": (train[:-1] + [f"--workdir={tmp_path / 'nan'}", *flags(TOY),
+                                   "--config.train.steps=6", "--config.optim.learning_rate=1e30",
+                                   "--config.train.max_skipped_steps=2"], None, 1,
+                     ["2 consecutive steps (to step 3) had no finite update",
+                      "optim.learning_rate"]),
+    }
+    procs = [start_job(*argv, env=env) for argv, env, _, _ in cases.values()]
+    results = dict(zip(cases, wait_jobs(*procs)))
+    for name, (_, _, status, fragments) in cases.items():
+        _assert_one_line_error(results[name], status, *fragments)
+    # the workdir was checked before any demonstration was built
+    assert "demonstrations" not in results["under_a_file"].stdout + results["under_a_file"].stderr
+    records = read_metrics(str(tmp_path / "nan"))
+    assert [r["train/skipped"] == r["train/updates"] for r in records[1:]] == [False, True, True]
+    # the parameters of the last checkpoint are finite: the skipped updates never reached them
+    params = checkpoints.load_policy_checkpoint(str(tmp_path / "nan"))[1]
+    assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params))

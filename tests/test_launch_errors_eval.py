@@ -1,0 +1,120 @@
+"""launch.evaluate and launch.sample: user errors end the job in one line (exit status 2), evaluate
+writes its results and transcripts where it can (and says so where it cannot), and sample caps
+--max_new_tokens to the model's context.
+
+Jobs that only fail are started together: each is mostly Python imports.
+"""
+
+import json
+import os
+
+from jaxtree.models.presets import PRESETS
+from jaxtree.tokenizers import ByteTokenizer
+from toy_run import assert_one_line_error, start_job, wait_jobs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "frozen_lake_sft.py")
+# The tiny preset on two held-out lakes, two samples each.
+SMALL_EVAL = ("-m", "launch.evaluate", f"--config={CONFIG}", "--config.eval.num_tasks=2",
+              "--config.eval.samples_per_task=2", "--config.rollout.num_slots=4",
+              "--config.rollout.context_length=256")
+
+
+def _assert_one_line_error(proc, *fragments):
+    """A user error (status 2) in one line, and nothing on stdout."""
+    assert_one_line_error(proc, 2, *fragments)
+    assert proc.stdout == "", proc.stdout
+
+
+def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
+    corrupt = tmp_path / "corrupt"  # a directory without config.json or checkpoints
+    corrupt.mkdir()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    missing, broken, under_file, in_proc, negative = wait_jobs(
+        start_job(*SMALL_EVAL, "--checkpoint=/nonexistent"),
+        start_job(*SMALL_EVAL, f"--checkpoint={corrupt}"),
+        start_job(*SMALL_EVAL, f"--output={a_file}/eval.json"),
+        start_job(*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
+        start_job(*SMALL_EVAL, "--transcripts=-1"))
+    _assert_one_line_error(missing, "--checkpoint", "'/nonexistent' is neither a preset",
+                           "nor an existing checkpoint directory")
+    assert "--model" not in missing.stderr
+    _assert_one_line_error(broken, "--checkpoint", str(corrupt))
+    # Both fail before the policy is loaded or evaluated (nothing on stdout).
+    _assert_one_line_error(under_file, f"--output={a_file}/eval.json", "not a writable directory")
+    _assert_one_line_error(in_proc, "--output=/proc/jaxtree_eval.json", "not a writable directory")
+    _assert_one_line_error(negative, "--transcripts")
+
+
+def test_sample_rejects_bad_flags_and_models_in_one_line(tmp_path):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    sample = ("-m", "launch.sample")
+    missing, broken, samples, tokens, temperature, top_p = wait_jobs(
+        start_job(*sample, f"--model={tmp_path / 'missing'}"),
+        start_job(*sample, f"--model={corrupt}"),
+        start_job(*sample, "--num_samples=0"),
+        start_job(*sample, "--max_new_tokens=-3"),
+        start_job(*sample, "--temperature=-1"),
+        start_job(*sample, "--top_p=1.5"))
+    _assert_one_line_error(missing, "--model", "neither a preset")
+    _assert_one_line_error(broken, "--model", str(corrupt))
+    _assert_one_line_error(samples, "--num_samples=0", "at least 1")
+    _assert_one_line_error(tokens, "--max_new_tokens=-3", "at least 1")
+    _assert_one_line_error(temperature, "--temperature", "-1.0 is not non-negative")
+    _assert_one_line_error(top_p, "--top_p", "1.5 is not in (0, 1]")
+
+
+def test_sample_caps_max_new_tokens_to_the_context():
+    (proc,) = wait_jobs(start_job("-m", "launch.sample", "--prompt=Hello", "--num_samples=1",
+                           "--max_new_tokens=100000"))
+    assert proc.returncode == 0, proc.stderr
+    context = PRESETS["tiny"].max_position_embeddings
+    prompt = len(ByteTokenizer().encode("Hello", add_bos=True))
+    assert proc.stdout.splitlines()[0] == (f"--max_new_tokens=100000 capped to "
+                                           f"{context - prompt} (context {context} - prompt "
+                                           f"{prompt})")
+    assert proc.stdout.count("--- sample ") == 1
+
+
+def _episodes_cells(stdout: str) -> list[str]:
+    """The `episodes` column of the printed table."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines()
+            if line.startswith("| ")]
+    column = rows[0].index("episodes")
+    return [row[column] for row in rows[1:]]
+
+
+def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
+    out = tmp_path / "out" / "eval.json"
+    # Where the default location (the checkpoint directory) is read-only: /proc stays read-only
+    # for root, which the tests run as.
+    check = start_job("-c", "from launch.evaluate import output_path; "
+                   f"print(output_path('/proc', None)); print(output_path({str(tmp_path)!r}, None))")
+    (written,) = wait_jobs(start_job(*SMALL_EVAL, f"--output={out}", "--transcripts=3"))
+    assert written.returncode == 0, written.stderr
+    assert _episodes_cells(written.stdout) == ["4", "4", "4"]
+    report = json.loads(out.read_text())
+    assert set(report["rows"]) == {"policy", "oracle", "random"}
+    assert report["rows"]["oracle"]["success_rate"] == 1.0
+    assert report["rows"]["policy"]["episodes"] == 4 and report["eval"]["transcripts"] == 3
+    with open(out.parent / "transcripts.jsonl") as f:
+        assert len(f.readlines()) == 3
+    assert (out.parent / "transcripts.txt").read_text().count("=== task ") == 3
+
+    # A preset with no --output: nothing is written, and the last line says why.
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (preset,) = wait_jobs(start_job(*SMALL_EVAL, cwd=cwd))
+    assert preset.returncode == 0, preset.stderr
+    lines = preset.stdout.splitlines()
+    assert lines[-2].startswith("| random ")
+    assert lines[-1] == ("results not written: 'tiny' is not a checkpoint directory "
+                         "(pass --output=PATH)")
+    assert list(cwd.iterdir()) == []
+
+    (check,) = wait_jobs(check)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.splitlines() == ["(None, '/proc is not writable')",
+                                         f"({str(tmp_path / 'eval.json')!r}, None)"]

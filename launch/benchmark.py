@@ -13,7 +13,9 @@ writes the raw numbers (every repeat, machine description) as JSON.
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
+
+from launch.common import fail, run_app
 
 _BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr")
 
@@ -46,8 +48,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
 
 def main(argv):
     if len(argv) != 2 or argv[1] not in _BENCHMARKS:
-        raise app.UsageError(f"usage: python -m launch.benchmark {{{'|'.join(_BENCHMARKS)}}} "
-                             "[--flags]")
+        fail(f"usage: python -m launch.benchmark {{{'|'.join(_BENCHMARKS)}}} [--flags]")
     name = argv[1]
     output = _OUTPUT.value or f"benchmark_results/{name}.json"
     if name == "sampler":
@@ -78,4 +79,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

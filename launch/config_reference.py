@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from jaxtree.experiment import REFERENCE_BEGIN, REFERENCE_END, reference_markdown
+from launch.common import run_app
 
 _CHECK = flags.DEFINE_boolean("check", False, "Only check that the reference is current.")
 
@@ -48,4 +49,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

@@ -9,9 +9,10 @@ length and gradient norm, plus `curves.png` with all panels together.
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 from jaxtree.train.plots import plot
+from launch.common import fail, run_app
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (holds metrics.jsonl).")
 _OUTPUT = flags.DEFINE_string("output", None, "Directory for the PNGs (default <workdir>/plots).")
@@ -19,15 +20,12 @@ _OUTPUT = flags.DEFINE_string("output", None, "Directory for the PNGs (default <
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        fail(f"unexpected arguments: {argv[1:]}")
     if _WORKDIR.value is None:
-        raise app.UsageError("--workdir is required")
-    try:
-        paths = plot(_WORKDIR.value, _OUTPUT.value)
-    except FileNotFoundError as e:
-        raise app.UsageError(str(e)) from e
+        fail("--workdir is required")
+    paths = plot(_WORKDIR.value, _OUTPUT.value)  # a missing metrics.jsonl: one line, status 2
     print("wrote " + ", ".join(paths))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_app(main)

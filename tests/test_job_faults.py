@@ -136,7 +136,8 @@ def test_ctrl_c_during_the_warm_start_saves_and_the_resumed_warm_start_is_exact(
 def test_train_resumes_past_damage_and_leaves_finished_or_other_config_runs_alone(
         tmp_path, capfd):
     """Items 4-7 on one run: a damaged newest checkpoint is skipped (saying which and why) for
-    the newest one that restores; a torn last line of metrics.jsonl is dropped; a finished run
+    the newest one that restores; a torn last line of metrics.jsonl is dropped (by the plots
+    and by the resumed run); a finished run
     rerun changes no file; another config is refused with a one-line diff unless
     --allow_config_change (recorded); evaluating a damaged checkpoint names the bad tensor."""
     from jaxtree.train import jobs
@@ -147,6 +148,8 @@ def test_train_resumes_past_damage_and_leaves_finished_or_other_config_runs_alon
     _damage(os.path.join(root, "2"))
     with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
         f.write('{"step": 3, "rollout/succ')  # the process died mid-write
+    from jaxtree.train.plots import plot
+    assert os.path.basename(plot(workdir)[-1]) == "curves.png"  # the torn line is dropped
     capfd.readouterr()
 
     assert jobs.train_job(toy_config(3), workdir)["step"] == 3

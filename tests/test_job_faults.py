@@ -216,6 +216,8 @@ def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
     sft = ["-m", "launch.sft", f"--config={SFT_CONFIG}", f"--workdir={tmp_path / 's'}"]
     cases = {
         "dtype": (train + ["--config.model.dtype=foo"], None, 2, ["config.model.dtype: 'foo'"]),
+        "float16": (train + ["--config.model.dtype=float16"], None, 2,
+                    ["config.model.dtype: 'float16' is not one of ('', 'float32', 'bfloat16')"]),
         "value": (sft + ["--config.sft.epsilon=1.5"], None, 2,
                   ["config.sft.epsilon: 1.5 is not in [0, 1]"]),
         "unknown": (sft + ["--config.sft.epsilonn=0.1"], None, 2,

@@ -55,13 +55,13 @@ def test_sample_rejects_bad_flags_and_models_in_one_line(tmp_path):
         start_job(*sample, f"--model={tmp_path / 'missing'}"),
         start_job(*sample, f"--model={corrupt}"),
         start_job(*sample, "--num_samples=0"),
-        start_job(*sample, "--max_new_tokens=-3"),
+        start_job(*sample, "--max_new_tokens=0"),
         start_job(*sample, "--temperature=-1"),
         start_job(*sample, "--top_p=1.5"))
     _assert_one_line_error(missing, "--model", "neither a preset")
     _assert_one_line_error(broken, "--model", str(corrupt))
     _assert_one_line_error(samples, "--num_samples=0", "at least 1")
-    _assert_one_line_error(tokens, "--max_new_tokens=-3", "at least 1")
+    _assert_one_line_error(tokens, "--max_new_tokens=0", "at least 1")
     _assert_one_line_error(temperature, "--temperature", "-1.0 is not non-negative")
     _assert_one_line_error(top_p, "--top_p", "1.5 is not in (0, 1]")
 

@@ -149,41 +149,41 @@ def _resolve(path: str) -> tuple[str, int]:
     return root, max(steps)
 
 
-def read_policy_metadata(path: str) -> dict:
-    """The JSON metadata of the newest checkpoint under `path` (no parameters are read)."""
+def _restore_newest(path: str, **items) -> tuple[str, dict]:
+    """(step directory, {name: restored item}) of the newest checkpoint under `path`; raises
+    CheckpointNotFoundError or CheckpointCorruptError naming it."""
     root, step = _resolve(path)
+    step_dir = os.path.join(root, str(step))
     mngr = ocp.CheckpointManager(root)
     try:
         _quiet_orphaned_reads()
-        return mngr.restore(step, args=ocp.args.Composite(
-            metadata=ocp.args.JsonRestore()))["metadata"]
+        return step_dir, mngr.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
-        raise CheckpointCorruptError(f"checkpoint {os.path.join(root, str(step))} is incomplete "
-                                     f"or corrupt: {_reason(e)}") from e
+        raise CheckpointCorruptError(f"checkpoint {step_dir} is incomplete or corrupt: "
+                                     f"{_reason(e)}") from e
     finally:
         mngr.close()
+
+
+def read_policy_metadata(path: str) -> dict:
+    """The JSON metadata of the newest checkpoint under `path` (no parameters are read)."""
+    return _restore_newest(path, metadata=ocp.args.JsonRestore())[1]["metadata"]
 
 
 def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
     """(model config, params, tokenizer spec, metadata) of the newest checkpoint under `path`.
 
-    Raises CheckpointNotFoundError when there is none, and ValueError naming the problem when a
-    checkpoint is incomplete or corrupt.
+    Raises CheckpointNotFoundError when there is none, and CheckpointCorruptError (a ValueError)
+    naming the step and the bad item or file when it is incomplete or corrupt.
     """
-    root, step = _resolve(path)
-    mngr = ocp.CheckpointManager(root)
+    step_dir, items = _restore_newest(path, metadata=ocp.args.JsonRestore())
+    metadata = items["metadata"]
     try:
-        _quiet_orphaned_reads()
-        metadata = mngr.restore(step, args=ocp.args.Composite(
-            metadata=ocp.args.JsonRestore()))["metadata"]
         config = ModelConfig.from_dict(metadata["model"])
-        params = mngr.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore()))["params"]
-    except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
-        raise CheckpointCorruptError(f"checkpoint {os.path.join(root, str(step))} is incomplete "
-                                     f"or corrupt: {_reason(e)}") from e
-    finally:
-        mngr.close()
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointCorruptError(f"checkpoint {step_dir} is incomplete or corrupt: its "
+                                     f"metadata has no usable model config ({e})") from e
+    params = _restore_newest(step_dir, params=ocp.args.StandardRestore())[1]["params"]
     params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
     return config, params, metadata.get("tokenizer", "byte"), metadata
 

@@ -5,6 +5,7 @@ configs) leave every workdir consistent, and each error ends the job with one li
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -64,19 +65,32 @@ def _damage(step_dir):
 
 # ----------------------------------------------------------------------------- warm start
 
-def test_rerunning_sft_keeps_its_result_refuses_another_config_and_overwrite_replaces(tmp_path):
+SFT_STEPS = 24  # long enough for Ctrl-C to land in the middle of the warm start
+
+
+@pytest.fixture(scope="module")
+def finished_sft(tmp_path_factory):
+    """An uninterrupted `launch.sft` warm start of SFT_STEPS steps (its workdir), shared."""
+    from jaxtree.train import jobs
+    workdir = str(tmp_path_factory.mktemp("finished_sft") / "sft")
+    jobs.sft_job(_sft_config(SFT_STEPS), workdir)
+    return workdir
+
+
+def test_rerunning_sft_keeps_its_result_refuses_another_config_and_overwrite_replaces(
+        tmp_path, finished_sft):
     """Item 1: a rerun of the same warm start leaves it as it is; another config is refused
     (naming the changed field) unless --overwrite, which replaces checkpoint, log and
     config.json together, so the printed path and the files always agree."""
     from jaxtree.train import jobs
     workdir = str(tmp_path / "sft")
-    first = jobs.sft_job(_sft_config(4), workdir)
-    assert first.endswith(os.path.join("checkpoints", "4")) and os.path.isdir(first)
+    shutil.copytree(finished_sft, workdir)
+    first = os.path.join(workdir, "checkpoints", str(SFT_STEPS))
     before = _files(workdir)
-    assert jobs.sft_job(_sft_config(4), workdir) == first
+    assert jobs.sft_job(_sft_config(SFT_STEPS), workdir) == first
     assert _files(workdir) == before
 
-    with pytest.raises(WorkdirError, match=r"sft\.steps: 4 -> 2.*--overwrite"):
+    with pytest.raises(WorkdirError, match=rf"sft\.steps: {SFT_STEPS} -> 2.*--overwrite"):
         jobs.sft_job(_sft_config(2), workdir)
     assert _files(workdir) == before
 
@@ -90,13 +104,14 @@ def test_rerunning_sft_keeps_its_result_refuses_another_config_and_overwrite_rep
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_the_warm_start_saves_and_the_resumed_warm_start_is_exact(tmp_path):
+def test_ctrl_c_during_the_warm_start_saves_and_the_resumed_warm_start_is_exact(
+        tmp_path, finished_sft):
     """Item 8: Ctrl-C during the warm start of `launch.train` saves a resumable checkpoint and
     exits 0 without a traceback (SIGTERM takes the same path: test_trainer sends it to the RL
     loop); finishing the warm start then gives exactly the parameters and log of an
     uninterrupted one. Item 3: an unfinished save (what a kill -9 during it leaves behind) does
     not count as a warm start and is cleaned up."""
-    steps = 40
+    steps = SFT_STEPS
     workdir = tmp_path / "run"
     sft_dir = workdir / "sft"
     unfinished = sft_dir / "checkpoints" / f"{steps}.orbax-checkpoint-tmp-1700000000"
@@ -122,12 +137,13 @@ def test_ctrl_c_during_the_warm_start_saves_and_the_resumed_warm_start_is_exact(
 
     exp = Experiment.from_config(toy_config(1, **{k.replace(".", "__"): v for k, v in
                                                   {**TOY_SFT, "sft.steps": steps}.items()}))
-    make = lambda directory: warm_start(exp.sft, exp.model.load(), exp.env.factory(),
-                                        exp.rollout.context_length, str(directory), {})
-    resumed, straight = make(sft_dir), make(tmp_path / "straight")
-    assert resumed.finished and straight.finished
-    chex.assert_trees_all_equal(load_policy(resumed.path).params, load_policy(straight.path).params)
-    assert read_jsonl(str(log)) == read_jsonl(str(tmp_path / "straight" / "sft_metrics.jsonl"))
+    resumed = warm_start(exp.sft, exp.model.load(), exp.env.factory(),
+                         exp.rollout.context_length, str(sft_dir), {})
+    assert resumed.finished
+    # the uninterrupted warm start of the same settings (launch.sft's, in its own workdir)
+    chex.assert_trees_all_equal(load_policy(resumed.path).params,
+                                load_policy(finished_checkpoint(finished_sft)).params)
+    assert read_jsonl(str(log)) == read_jsonl(os.path.join(finished_sft, "sft_metrics.jsonl"))
 
 
 # ----------------------------------------------------------------------------- RL runs

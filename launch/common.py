@@ -27,9 +27,15 @@ SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def fail(message: str, status: int = USAGE_ERROR) -> None:
     """Ends the job with a one-line message on stderr (no traceback, no usage text); status 2
-    for a user error, 1 for a fault."""
+    for a user error, 1 for a fault.
+
+    The process ends at once (`os._exit`): by then the job's files are closed (their `finally`
+    blocks ran as the error rose) and the workdir lock goes with the process, while an orderly
+    interpreter shutdown could still print library noise after the message (TensorStore's
+    orphaned reads after a failed restore report themselves during finalisation)."""
     print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(status)
+    sys.stdout.flush()
+    os._exit(status)
 
 
 def resolve_config_path(value: str) -> str:

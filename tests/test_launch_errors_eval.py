@@ -88,10 +88,11 @@ def _episodes_cells(stdout: str) -> list[str]:
 
 def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
     out = tmp_path / "out" / "eval.json"
-    # Where the default location (the checkpoint directory) is read-only: /proc stays read-only
-    # for root, which the tests run as.
+    # Where the results go without --output: nowhere for a read-only checkpoint directory (/proc
+    # stays read-only for root, which the tests run as) and for a preset (not ./eval.json).
     check = start_job("-c", "from launch.evaluate import output_path; "
-                   f"print(output_path('/proc', None)); print(output_path({str(tmp_path)!r}, None))")
+                      f"print(output_path('/proc', None)); print(output_path('tiny', None)); "
+                      f"print(output_path({str(tmp_path)!r}, None))")
     (written,) = wait_jobs(start_job(*SMALL_EVAL, f"--output={out}", "--transcripts=3"))
     assert written.returncode == 0, written.stderr
     assert _episodes_cells(written.stdout) == ["4", "4", "4"]
@@ -103,18 +104,8 @@ def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
         assert len(f.readlines()) == 3
     assert (out.parent / "transcripts.txt").read_text().count("=== task ") == 3
 
-    # A preset with no --output: nothing is written, and the last line says why.
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    (preset,) = wait_jobs(start_job(*SMALL_EVAL, cwd=cwd))
-    assert preset.returncode == 0, preset.stderr
-    lines = preset.stdout.splitlines()
-    assert lines[-2].startswith("| random ")
-    assert lines[-1] == ("results not written: 'tiny' is not a checkpoint directory "
-                         "(pass --output=PATH)")
-    assert list(cwd.iterdir()) == []
-
     (check,) = wait_jobs(check)
     assert check.returncode == 0, check.stderr
     assert check.stdout.splitlines() == ["(None, '/proc is not writable')",
+                                         "(None, \"'tiny' is not a checkpoint directory\")",
                                          f"({str(tmp_path / 'eval.json')!r}, None)"]

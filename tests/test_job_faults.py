@@ -241,13 +241,9 @@ def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
     fake_devices = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") +
                         " --xla_force_host_platform_device_count=2")
     train = ["-m", "launch.train", f"--config={CONFIG_FILE}", f"--workdir={tmp_path / 'w'}"]
-    sft = ["-m", "launch.sft", f"--config={SFT_CONFIG}", f"--workdir={tmp_path / 's'}"]
     cases = {
-        "dtype": (train + ["--config.model.dtype=foo"], None, 2, ["config.model.dtype: 'foo'"]),
         "float16": (train + ["--config.model.dtype=float16"], None, 2,
                     ["config.model.dtype: 'float16' is not one of ('', 'float32', 'bfloat16')"]),
-        "unknown": (sft + ["--config.sft.epsilonn=0.1"], None, 2,
-                    ["config.sft.epsilonn: unknown field"]),
         "moved": (train + ["--config.train.kl_coef=0.1"], None, 2,
                   ["config.train.kl_coef moved to config.loss.kl_coef"]),
         "context": (train + ["--config.rollout.context_length=40"], None, 2,
@@ -261,8 +257,6 @@ def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
         "under_a_file": (["-m", "launch.sft", f"--config={SFT_CONFIG}",
                           f"--workdir={a_file / 'sft'}"], None, 2,
                          [f"workdir {a_file / 'sft'} is not usable"]),
-        "proc": (train[:-1] + ["--workdir=/proc/jaxtree_run"], None, 2,
-                 ["workdir /proc/jaxtree_run is not usable"]),
         "diverged": (train[:-1] + [f"--workdir={tmp_path / 'nan'}", *flags(TOY),
                                    "--config.train.steps=6", "--config.optim.learning_rate=1e30",
                                    "--config.train.max_skipped_steps=2"], None, 1,

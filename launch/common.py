@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Any, Callable
 
 from jaxtree.checkpoints import CheckpointCorruptError
 from jaxtree.config import ConfigError
@@ -36,6 +37,18 @@ def fail(message: str, status: int = USAGE_ERROR) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(status)
+
+
+def load_named_policy(flag: str, load: Callable[[], Any]) -> Any:
+    """`load()` (a policy named by `flag`); an unknown name or an unusable directory ends the
+    job in one line naming the flag. A ConfigError (named by its config path) and a damaged
+    jaxtree checkpoint (a fault, status 1) go on to run_app, which reports them in one line."""
+    try:
+        return load()
+    except (ConfigError, CheckpointCorruptError):
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        fail(f"{flag}: {e}")
 
 
 def resolve_config_path(value: str) -> str:

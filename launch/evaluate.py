@@ -23,15 +23,12 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxtree import evaluation
-from jaxtree.checkpoints import CheckpointCorruptError
-from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment
-from jaxtree.policy import Policy
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
 from jaxtree.utils import check_writable, print_table
-from launch.common import fail, run_app
+from launch.common import fail, load_named_policy, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -78,18 +75,6 @@ def output_path(spec: str, output: str | None) -> tuple[str | None, str | None]:
     return os.path.join(spec, "eval.json"), None
 
 
-def load(exp: Experiment, checkpoint: str | None) -> Policy:
-    """The policy to evaluate; an unknown or unusable --checkpoint ends the job in one line."""
-    try:
-        return exp.model.load(checkpoint)
-    except (ConfigError, CheckpointCorruptError):
-        # run_app reports both in one line: a bad config.model.name by its config path, a
-        # damaged jaxtree checkpoint as a fault (status 1)
-        raise
-    except (ValueError, FileNotFoundError) as e:
-        fail(f"--checkpoint: {e}")
-
-
 def run(config, checkpoint: str | None, output: str | None,
         transcripts: int | None = None) -> dict:
     exp = Experiment.from_config(config)
@@ -97,7 +82,7 @@ def run(config, checkpoint: str | None, output: str | None,
     output, not_written = output_path(exp.model.name if checkpoint is None else checkpoint,
                                       output)
     make_env = exp.env.factory()
-    policy = load(exp, checkpoint)
+    policy = load_named_policy("--checkpoint", lambda: exp.model.load(checkpoint))
     k = e.samples_per_task
 
     start = time.perf_counter()

@@ -16,11 +16,10 @@ import jax
 import numpy as np
 from absl import flags, logging
 
-from jaxtree.checkpoints import CheckpointCorruptError
 from jaxtree.config import ConfigError
-from jaxtree.policy import Policy, load_policy
+from jaxtree.policy import load_policy
 from jaxtree.sampling import Sampler, SamplingConfig
-from launch.common import fail, run_app
+from launch.common import fail, load_named_policy, run_app
 
 _MODEL = flags.DEFINE_string("model", "tiny", "A preset name or a local Hugging Face checkpoint directory.")
 _PROMPT = flags.DEFINE_string("prompt", "Hello", "The prompt text.")
@@ -45,17 +44,6 @@ def sampling_config() -> SamplingConfig:
         fail(f"--{e.path}: {e.message}")
 
 
-def load(spec: str) -> Policy:
-    """The --model policy; an unknown name or an unusable checkpoint directory ends the job in
-    one line."""
-    try:
-        return load_policy(spec, dtype=_DTYPE.value, seed=_INIT_SEED.value)
-    except CheckpointCorruptError:
-        raise  # a fault, not a user error: run_app reports it in one line with status 1
-    except (ValueError, FileNotFoundError) as e:
-        fail(f"--model: {e}")
-
-
 def fit_context(max_new_tokens: int, prompt_length: int, context: int) -> int:
     """--max_new_tokens, capped (saying so) to what the model's context leaves after the prompt:
     a longer cache would be allocated and compiled for positions the model was never trained
@@ -77,7 +65,8 @@ def main(argv):
         if flag.value < 1:
             fail(f"--{flag.name}={flag.value}: must be at least 1")
     sampling = sampling_config()
-    policy = load(_MODEL.value)
+    policy = load_named_policy("--model", lambda: load_policy(
+        _MODEL.value, dtype=_DTYPE.value, seed=_INIT_SEED.value))
     tok = policy.tokenizer
     if _CHAT.value:
         try:

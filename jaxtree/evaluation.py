@@ -10,9 +10,13 @@ metrics the same way:
   mean_turns            actions per episode
   response_tokens       generated tokens per action (the policy row only)
   invalid_rate          actions that did not parse to a legal move / all actions
+  verified_rate         actions the environment's verifier accepts (`env.verify`, VPR's
+                        V(s_t, a_t)) / all actions: the process accuracy that VPR's turn rewards
+                        train, next to the outcome metrics that it is meant to improve
   environment metrics   the mean of every numeric metric the environment reports at the end of an
                         episode (e.g. completion_rate for Sudoku and Minesweeper), and for
-                        Tic-Tac-Toe the return as first and as second mover
+                        Tic-Tac-Toe the return and the verified rate as first and as second
+                        mover
 
 `evaluate` also returns a few episodes as transcripts (the prompt, each action and the
 environment's reply, decoded from the episode's tokens), which `write_transcripts` saves as JSONL
@@ -70,12 +74,16 @@ class EpisodeSummary:
     num_invalid: int
     info: dict
     response_tokens: int | None = None  # None for policies that do not generate tokens
+    num_verified: int | None = None     # actions the verifier accepted (None: not recorded)
 
 
 def summaries_from_batch(batch: TrajectoryBatch) -> list[EpisodeSummary]:
+    # turn_verified is 1/0 on played turns and NaN past each episode's last one.
+    verified = np.nansum(np.asarray(batch.turn_verified, np.float64), axis=1)
     return [EpisodeSummary(int(batch.task_ids[i]), bool(batch.success[i]),
                            int(batch.num_turns[i]), int(batch.num_invalid[i]), batch.infos[i],
-                           int(batch.response_lengths[i])) for i in range(len(batch))]
+                           int(batch.response_lengths[i]), int(verified[i]))
+            for i in range(len(batch))]
 
 
 def play_reference(make_env: Callable[[], TextEnv], task_ids: Sequence[int], policy: str,
@@ -90,11 +98,13 @@ def play_reference(make_env: Callable[[], TextEnv], task_ids: Sequence[int], pol
         for _ in range(samples_per_task):
             env.reset(task)
             info = {"success": False}
+            verified = 0
             while not env.done:
                 action = env.oracle_action() if policy == "oracle" else env.random_action(rng)
+                verified += env.verify(action)
                 _, _, _, info = env.step(env.answer_text(action))
             out.append(EpisodeSummary(int(task), bool(info["success"]), env.num_steps,
-                                      env.num_invalid, info))
+                                      env.num_invalid, info, num_verified=verified))
     return out
 
 
@@ -125,6 +135,8 @@ def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
     }
     if all(e.response_tokens is not None for e in episodes):
         out["response_tokens"] = sum(e.response_tokens for e in episodes) / max(turns, 1)
+    if all(e.num_verified is not None for e in episodes):
+        out["verified_rate"] = sum(e.num_verified for e in episodes) / max(turns, 1)
     numeric = defaultdict(list)
     for e in episodes:
         for key, value in e.info.items():
@@ -133,11 +145,16 @@ def metrics(episodes: Sequence[EpisodeSummary], k: int) -> dict[str, float]:
     for key, values in sorted(numeric.items()):
         if key != "first_mover" and len(values) == len(episodes):
             out[key] = float(np.mean(values))
-    if "first_mover" in numeric and "return" in numeric:
-        for mover, label in ((1.0, "return_first_mover"), (0.0, "return_second_mover")):
-            returns = [r for r, m in zip(numeric["return"], numeric["first_mover"]) if m == mover]
-            if returns:
-                out[label] = float(np.mean(returns))
+    if "first_mover" in numeric and len(numeric["first_mover"]) == len(episodes):
+        for mover, name in ((1.0, "first_mover"), (0.0, "second_mover")):
+            side = [e for e, m in zip(episodes, numeric["first_mover"]) if m == mover]
+            if not side:
+                continue
+            if len(numeric.get("return", ())) == len(episodes):
+                out[f"return_{name}"] = float(np.mean([e.info["return"] for e in side]))
+            if "verified_rate" in out:
+                out[f"verified_rate_{name}"] = (sum(e.num_verified for e in side)
+                                                / max(sum(e.num_turns for e in side), 1))
     return out
 
 

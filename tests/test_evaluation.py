@@ -46,13 +46,23 @@ def test_metrics_of_hand_made_episodes():
     assert m["completion_rate"] == pytest.approx(0.5)
 
 
-def test_tictactoe_returns_are_split_by_mover():
-    episodes = [EpisodeSummary(0, True, 3, 0, {"return": 1.0, "first_mover": True}),
-                EpisodeSummary(1, False, 4, 0, {"return": 0.0, "first_mover": True}),
-                EpisodeSummary(2, False, 3, 0, {"return": -1.0, "first_mover": False})]
+def test_tictactoe_returns_and_verified_rates_are_split_by_mover():
+    episodes = [EpisodeSummary(0, True, 3, 0, {"return": 1.0, "first_mover": True},
+                               num_verified=3),
+                EpisodeSummary(1, False, 4, 0, {"return": 0.0, "first_mover": True},
+                               num_verified=1),
+                EpisodeSummary(2, False, 3, 0, {"return": -1.0, "first_mover": False},
+                               num_verified=2)]
     m = evaluation.metrics(episodes, k=1)
     assert m["return_first_mover"] == 0.5 and m["return_second_mover"] == -1.0
+    assert m["verified_rate"] == pytest.approx(6 / 10)
+    assert m["verified_rate_first_mover"] == pytest.approx(4 / 7)
+    assert m["verified_rate_second_mover"] == pytest.approx(2 / 3)
     assert "response_tokens" not in m and "first_mover" not in m
+    # Without the verifier's counts (any episode), no verified rate is made up.
+    episodes[1].num_verified = None
+    m = evaluation.metrics(episodes, k=1)
+    assert not any(key.startswith("verified_rate") for key in m)
 
 
 def test_reference_rows():
@@ -61,6 +71,8 @@ def test_reference_rows():
     random = evaluation.metrics(evaluation.play_reference(frozen_lake, tasks, "random", 2), k=2)
     assert oracle["success_rate"] == 1.0 and oracle["invalid_rate"] == 0.0
     assert random["success_rate"] < 0.3 and random["invalid_rate"] == 0.0
+    # The oracle's moves are the ones its verifier accepts; random legal moves often are not.
+    assert oracle["verified_rate"] == 1.0 and random["verified_rate"] < 0.8
     with pytest.raises(ValueError, match="policy"):
         evaluation.play_reference(frozen_lake, tasks, "greedy", 1)
 
@@ -110,3 +122,16 @@ def test_evaluate_returns_transcripts_of_its_episodes(tiny, tmp_path):
     assert "--- prompt\nFrozenLake" in text
     assert evaluation.evaluate(engine, params, EvalConfig(
         num_tasks=1, samples_per_task=1, transcripts=0)).transcripts == []
+
+    # verified_rate: the share of the episode's actions that env.verify accepted as they were
+    # played, recounted here by replaying the one episode's transcript.
+    one = evaluation.evaluate(engine, params, EvalConfig(num_tasks=1, samples_per_task=1,
+                                                         transcripts=1))
+    (t,) = one.transcripts
+    env = frozen_lake()
+    env.reset(t.task_id)
+    verified = 0
+    for turn in t.turns:
+        verified += env.verify(env.parse_action(turn["action"]))
+        env.step(turn["action"])
+    assert one.metrics["verified_rate"] == pytest.approx(verified / t.num_turns)

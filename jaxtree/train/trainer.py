@@ -192,6 +192,7 @@ class Trainer:
             "rollout/turns": float(everything.num_turns.mean()),
             "rollout/response_tokens": float(everything.response_lengths.sum()) / turns,
             "rollout/invalid_rate": float(everything.num_invalid.sum()) / turns,
+            "rollout/verified_rate": float(np.nansum(everything.turn_verified)) / turns,
             "rollout/truncated_rate": float(everything.truncated.mean()),
             "rollout/episodes": len(everything),
             "rollout/sampling_rounds": len(sampled),

@@ -1,0 +1,228 @@
+"""PATR's adaptive tree rollout (Alg. 1) and its Tree-Random baseline, on the slot engine.
+
+Process-scorer guided Adaptive Tree Rollout (PATR, §4.1, Alg. 1), for each task:
+
+    1  A <- B0 branches from the prompt; C <- {}
+    2  while A is not empty:
+    3      advance every branch of A by up to K turns
+    4      move the branches that ended (solved, failed, turn limit) from A to C
+    5-8    score the rest (s_i in [0, 1], Eq. 3); E = the top-k scores; L = the branches of A \\ E
+           with s_i < median_A(s) - alpha (Eq. 5) or whose last Theta actions are one action
+    9-10   every branch of E is replaced by M children forked from its state (Eq. 4); L moves to C
+    13 return the group C
+
+Here a branch is a slot-engine episode. A child is `SlotEngine.fork`: the parent's cache rows are
+copied on device and its environment cloned, so the shared prefix is neither re-sent nor
+re-prefilled. The parent continues as the first of its M children (its next action is not sampled
+yet, so it is distributed exactly like a fresh child), and M - 1 copies are forked. Branches of a
+task advance in lockstep, so "every K turns" is every turn count that is a multiple of K.
+
+Choices the paper leaves open, stated:
+  * E is the top `expand_top_k` scores of the active set, ties broken by branch age (the older
+    episode first); E and L are disjoint (line 8), and L is decided with the median over all of A.
+  * The Theta rule counts identical consecutive actions (the environment's action signature;
+    all unparseable answers count as one action) at the end of the branch, checked at the
+    scoring points.
+  * Budget: a tree holds at most `max_branches` branches. An expansion that would exceed it, or
+    the engine's free slots, is refused and the branch survives (counted in `patr/refused`); the
+    rollout never fails for lack of room.
+  * Group construction (§5.3, Table 4): `keep_all` keeps pruned branches in the group as
+    negatives (the paper's default); `best_n` drops them, keeping only the branches that ended
+    on their own. Group sizes vary in both; group-relative advantages use each group's own rows.
+  * Tree-Random (`selection="random"`, §5.1: "the same tree rollout structure as PATR but ...
+    random branch allocation"): E is k branches drawn uniformly from A and no branch is pruned by
+    score (the Theta rule, which reads no score, still applies).
+
+Tree metadata: each forked row records its parent episode and the turn it forked at
+(`parent_ids`, `fork_turns`, `depth`); pruned rows end with `PRUNED`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import defaultdict
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from jaxtree.config import Section, between, one_of, option, positive, require
+from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.scorers import SCORERS
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
+
+# PATR §5.1 Implementation Details (FrozenLake).
+PAPER_INITIAL_BRANCHES = 4
+PAPER_CHILDREN = 2
+PAPER_TOP_K = 2
+PAPER_INTERVAL = 5            # K = 5 for FrozenLake (13 for SWE-agent training)
+PAPER_MARGIN = 0.5
+PAPER_REPEAT_LIMIT = 6
+SELECTIONS = ("score", "random")
+GROUPS = ("keep_all", "best_n")
+
+
+@dataclasses.dataclass(frozen=True)
+class PatrConfig(Section):
+    """Config section `rollout.patr`."""
+
+    initial_branches: int = option(PAPER_INITIAL_BRANCHES, "B0, branches started from each "
+                                   "task's prompt (replaces rollout.group_size)",
+                                   check=positive())
+    children: int = option(PAPER_CHILDREN, "M, children replacing an expanded branch",
+                           check=between(2))
+    expand_top_k: int = option(PAPER_TOP_K, "branches expanded at each scoring point (the top "
+                               "scores)", check=between(0))
+    interval: int = option(PAPER_INTERVAL, "K, turns between scoring points", check=positive())
+    prune_margin: float = option(PAPER_MARGIN, "alpha of Eq. 5: prune below the median score "
+                                 "minus alpha", check=between(0))
+    repeat_limit: int = option(PAPER_REPEAT_LIMIT, "Theta: prune a branch whose last Theta "
+                               "actions are the same action", check=between(2))
+    max_branches: int = option(32, "most branches one task's tree may hold (expansions beyond "
+                               "it are refused; the branch survives)", check=positive())
+    scorer: str = option("heuristic", "process scorer of the partial trajectories (a "
+                         "registered scorer)", check=one_of(SCORERS.names))
+    selection: str = option("score", "'score': PATR; 'random': Tree-Random (random expansion, "
+                            "no score pruning)", check=one_of(SELECTIONS))
+    group: str = option("keep_all", "'keep_all': pruned branches stay in the group; 'best_n': "
+                        "they are dropped (PATR Table 4)", check=one_of(GROUPS))
+
+    def check(self):
+        super().check()
+        require(self.max_branches >= self.initial_branches, "max_branches",
+                f"{self.max_branches} is below initial_branches={self.initial_branches}")
+
+
+def trailing_repeats(actions: Sequence[str]) -> int:
+    """How many of the last actions equal the last one (0 for no actions)."""
+    count = 0
+    for action in reversed(actions):
+        if action != actions[-1]:
+            break
+        count += 1
+    return count
+
+
+def decide(scores: Sequence[float], repeats: Sequence[int], settings: PatrConfig,
+           rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """Alg. 1 lines 7-8 for one task's active branches, oldest first.
+
+    Args:
+      scores: s_i of each active branch (ignored by Tree-Random).
+      repeats: identical trailing actions of each branch (`trailing_repeats`).
+      settings: k, alpha, Theta and the selection rule.
+      rng: draws Tree-Random's expansion set.
+
+    Returns:
+      (E, L): indices of the branches to expand (best first; for Tree-Random in draw order) and
+      of the branches to prune (ascending), disjoint.
+    """
+    n = len(scores)
+    k = min(settings.expand_top_k, n)
+    if settings.selection == "score":
+        expand = sorted(range(n), key=lambda i: (-scores[i], i))[:k]
+        floor = statistics.median(scores) - settings.prune_margin if n else 0.0
+        low = {i for i in range(n) if scores[i] < floor}
+    else:
+        expand = [int(i) for i in rng.choice(n, size=k, replace=False)] if k else []
+        low = set()
+    chosen = set(expand)
+    prune = [i for i in range(n) if i not in chosen
+             and (i in low or repeats[i] >= settings.repeat_limit)]
+    return expand, prune
+
+
+def sample_patr(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
+                settings: PatrConfig, scorer, decisions: list | None = None
+                ) -> tuple[TrajectoryBatch, dict[str, float]]:
+    """One PATR tree per task (group g = task_ids[g]).
+
+    Args:
+      engine: the slot engine (needs num_slots >= B0 x tasks).
+      decisions: when a list, every scoring point is appended to it as a dict (group, turn,
+        branch episode ids, scores, repeats, expanded and pruned ids, refused ids): the record a
+        test or a tree picture reads.
+
+    Returns:
+      (the groups' finished branches ordered by episode id, metrics under `patr/`).
+    """
+    b0 = settings.initial_branches
+    if engine.rollout.num_slots < b0 * len(task_ids):
+        raise ValueError(f"rollout.num_slots={engine.rollout.num_slots} cannot start "
+                         f"{b0} branches for each of {len(task_ids)} tasks (needs "
+                         f"{b0 * len(task_ids)})")
+    engine.begin(params, rng)
+    choice_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
+    branches = defaultdict(int)              # group -> branches in its tree
+    for group, task in enumerate(task_ids):
+        for _ in range(b0):
+            engine.add_episode(task, group_id=group)
+        branches[group] = b0
+    engine.start_queued()
+    counts = defaultdict(float)
+    while engine.has_work:
+        engine.play_turn()
+        points = defaultdict(list)
+        for e in engine.live:
+            if e.num_turns % settings.interval == 0:
+                points[e.group_id].append(e)
+        for group in sorted(points):
+            active = sorted(points[group], key=lambda e: e.episode_id)
+            scores = (scorer(active) if settings.selection == "score"
+                      else np.zeros(len(active)))
+            repeats = [trailing_repeats([t.action_signature for t in e.turns]) for e in active]
+            expand, prune = decide(scores, repeats, settings, choice_rng)
+            refused = []
+            for i in expand:
+                extra = settings.children - 1
+                if branches[group] + extra > settings.max_branches or engine.free_slots < extra:
+                    refused.append(active[i].episode_id)
+                    continue
+                engine.fork(active[i].episode_id, extra)
+                branches[group] += extra
+            for i in prune:
+                engine.stop(active[i].episode_id)
+                counts["repeat" if repeats[i] >= settings.repeat_limit else "score"] += 1
+            counts["points"] += 1
+            counts["expanded"] += len(expand) - len(refused)
+            counts["refused"] += len(refused)
+            if decisions is not None:
+                decisions.append({
+                    "group": group, "turn": active[0].num_turns,
+                    "branches": [e.episode_id for e in active], "scores": list(map(float, scores)),
+                    "repeats": repeats, "expanded": [active[i].episode_id for i in expand],
+                    "pruned": [active[i].episode_id for i in prune], "refused": refused})
+    if settings.group == "best_n":
+        for episode_id in sorted(engine.finished):
+            if engine.records[episode_id].end_reason == PRUNED:
+                engine.discard(episode_id)
+    batch = engine.collect()
+    sizes = np.bincount(batch.group_ids, minlength=len(task_ids)) if len(batch) else np.zeros(1)
+    metrics = {
+        "patr/branches": float(np.mean(list(branches.values()))),
+        "patr/group_size_min": float(sizes.min()), "patr/group_size_max": float(sizes.max()),
+        "patr/scoring_points": counts["points"], "patr/expanded": counts["expanded"],
+        "patr/refused": counts["refused"], "patr/pruned_score": counts["score"],
+        "patr/pruned_repeat": counts["repeat"],
+    }
+    return batch, metrics
+
+
+@STRATEGIES.register("patr", PatrConfig)
+class Patr:
+    """PATR's process-scored adaptive tree over turns (Alg. 1), or Tree-Random with
+    `selection='random'`; branches fork on device (copied cache rows, cloned environment)."""
+
+    def __init__(self, settings: PatrConfig, context: RolloutContext):
+        self.settings = settings
+        self.scorer = SCORERS.build(settings.scorer, None)
+        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
+                                 context.rollout)
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
+               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+        del step
+        batch, metrics = sample_patr(self.engine, params, rng, tasks, self.settings, self.scorer)
+        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}

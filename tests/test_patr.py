@@ -1,0 +1,197 @@
+"""PATR's adaptive tree rollout (Alg. 1) and Tree-Random: the decision rule against a plain-Python
+transcription of the paper, and the tree the slot engine grows against the decisions it logged."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import environments
+from jaxtree.advantages import build_advantage
+from jaxtree.config import ConfigError
+from jaxtree.experiment import Experiment, default_config, set_path
+from jaxtree.rewards import build_rewards
+from jaxtree.rollout import RolloutConfig, SlotEngine
+from jaxtree.rollout.strategies import build_strategy
+from jaxtree.rollout.strategies.patr import PatrConfig, decide, sample_patr, trailing_repeats
+from jaxtree.rollout.trajectory import NO_PARENT, PRUNED
+from jaxtree.tokenizers import ByteTokenizer
+
+TOK = ByteTokenizer()
+
+
+def reference_decide(scores, repeats, k, alpha, theta):
+    """PATR Alg. 1 lines 7-8, written from the paper: E = the k highest scores (earlier branch
+    first on ties); L = the branches outside E whose score is below the median of all active
+    scores minus alpha (Eq. 5) or that repeated one action theta times."""
+    n = len(scores)
+    remaining = list(range(n))
+    expand = []
+    for _ in range(min(k, n)):
+        best = remaining[0]
+        for i in remaining:
+            if scores[i] > scores[best]:
+                best = i
+        expand.append(best)
+        remaining.remove(best)
+    ordered = sorted(scores)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    prune = [i for i in range(n) if i not in expand
+             and (scores[i] < median - alpha or repeats[i] >= theta)]
+    return expand, prune
+
+
+def test_trailing_repeats():
+    assert trailing_repeats([]) == 0
+    assert trailing_repeats(["a"]) == 1
+    assert trailing_repeats(["a", "b", "b", "b"]) == 3
+    assert trailing_repeats(["b", "b", "a"]) == 1
+
+
+def test_decide_on_a_hand_checked_case():
+    # median of (0.9, 0.2, 0.6, 0.0, 0.6) is 0.6; with alpha 0.5 the floor is 0.1: only 0.0 is
+    # below it. Top-2: 0.9 (branch 0), then the older of the two 0.6 (branch 2). Branch 4
+    # repeated its action 3 times (theta 3) and is pruned too; branch 1 survives.
+    settings = PatrConfig(expand_top_k=2, prune_margin=0.5, repeat_limit=3)
+    expand, prune = decide([0.9, 0.2, 0.6, 0.0, 0.6], [1, 1, 2, 1, 3], settings,
+                           np.random.default_rng(0))
+    assert expand == [0, 2] and prune == [3, 4]
+
+
+def test_decide_equals_the_plain_python_transcription_on_random_inputs():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(1, 9))
+        # coarse scores make ties common
+        scores = list(rng.integers(0, 5, n) / 4.0)
+        repeats = list(rng.integers(0, 5, n))
+        k, alpha, theta = int(rng.integers(0, 4)), float(rng.choice([0.0, 0.25, 0.5])), 3
+        settings = PatrConfig(expand_top_k=k, prune_margin=alpha, repeat_limit=theta)
+        got = decide(scores, repeats, settings, np.random.default_rng(1))
+        assert got == reference_decide(scores, repeats, k, alpha, theta), (scores, repeats, k)
+
+
+def test_tree_random_expands_uniformly_and_prunes_only_repeats():
+    settings = PatrConfig(expand_top_k=2, repeat_limit=3, selection="random")
+    rng = np.random.default_rng(0)
+    counts = np.zeros(4)
+    for _ in range(2000):
+        # scores would prune branch 3 and expand 0 and 1 under PATR; Tree-Random ignores them
+        expand, prune = decide([1.0, 1.0, 0.5, 0.0], [1, 1, 1, 3], settings, rng)
+        assert len(set(expand)) == 2 and prune == ([3] if 3 not in expand else [])
+        counts[expand] += 1
+    np.testing.assert_allclose(counts / 2000, 0.5, atol=0.05)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    config, _ = tiny
+    # tests/test_rollout.py's engine shapes (shared compilations).
+    return SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
+                      RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,
+                                    max_turns=6))
+
+
+def episode_scorer(episodes):
+    """A fixed pseudo-random score per (branch, turn): varied, reproducible, no model needed."""
+    return np.array([(e.episode_id * 7919 + e.num_turns * 104729) % 97 / 96 for e in episodes])
+
+
+@pytest.mark.parametrize("group", ["keep_all", "best_n"])
+def test_the_tree_follows_its_logged_decisions(tiny, engine, group):
+    """Every scoring point decides as the transcription does; every accepted expansion adds M - 1
+    children forked at that turn with the parent's history; every pruned branch ends there,
+    PRUNED, and stays in the group only under keep_all; the tree never exceeds its budget."""
+    _, params = tiny
+    settings = PatrConfig(initial_branches=3, children=3, expand_top_k=1, interval=2,
+                          prune_margin=0.1, repeat_limit=3, max_branches=6, group=group)
+    decisions = []
+    batch, metrics = sample_patr(engine, params, jax.random.key(3), [5, 9], settings,
+                                 episode_scorer, decisions)
+    rows = {int(e): i for i, e in enumerate(batch.episode_ids)}
+    children_of, pruned = {}, set()
+    for d in decisions:
+        assert d["turn"] % settings.interval == 0
+        index = {e: i for i, e in enumerate(d["branches"])}
+        expand, prune = reference_decide(d["scores"], d["repeats"], 1, 0.1, 3)
+        assert d["expanded"] == [d["branches"][i] for i in expand]
+        assert d["pruned"] == [d["branches"][i] for i in prune]
+        for e in d["branches"]:
+            if e in rows:   # the logged repeats are the branch's recorded actions
+                signatures = list(batch.action_signatures[rows[e], :d["turn"]])
+                assert d["repeats"][index[e]] == trailing_repeats(signatures)
+        for e in d["pruned"]:
+            pruned.add(e)
+            if group == "keep_all":
+                assert batch.end_reason[rows[e]] == PRUNED
+                assert batch.num_turns[rows[e]] == d["turn"]
+            else:
+                assert e not in rows
+        for e in d["expanded"]:
+            if e not in d["refused"]:
+                children_of[(e, d["turn"])] = []
+    for i in range(len(batch)):
+        if batch.parent_ids[i] != NO_PARENT:
+            key = (int(batch.parent_ids[i]), int(batch.fork_turns[i]))
+            assert key in children_of
+            children_of[key].append(i)
+            parent = rows.get(key[0])
+            if parent is not None:  # the child's history up to the fork is its parent's
+                np.testing.assert_array_equal(batch.action_signatures[i, :key[1]],
+                                              batch.action_signatures[parent, :key[1]])
+    if group == "keep_all":
+        assert all(len(c) == settings.children - 1 for c in children_of.values())
+    sizes = np.bincount(batch.group_ids)
+    assert sizes.max() <= settings.max_branches
+    if group == "keep_all":
+        np.testing.assert_array_equal(
+            sizes, [3 + 2 * sum(1 for d in decisions if d["group"] == g
+                                for e in d["expanded"] if e not in d["refused"])
+                    for g in range(2)])
+        assert sum(batch.end_reason == PRUNED) == len(pruned)
+    else:
+        assert not (batch.end_reason == PRUNED).any()
+    # the case exercises every path: accepted and refused expansions, both pruning rules
+    assert metrics["patr/expanded"] == len(children_of) > 0 and metrics["patr/refused"] > 0
+    assert metrics["patr/pruned_score"] > 0 and metrics["patr/pruned_repeat"] > 0
+    assert not engine.records and not engine.slots
+
+
+def test_too_few_slots_for_the_initial_branches_is_a_clear_error(tiny, engine):
+    _, params = tiny
+    with pytest.raises(ValueError, match="num_slots=16 cannot start 4 branches for each of 5"):
+        sample_patr(engine, params, jax.random.key(0), [1, 2, 3, 4, 5], PatrConfig(),
+                    episode_scorer)
+
+
+def test_bad_settings_fail_at_launch_naming_the_field():
+    config = default_config()
+    set_path(config, "rollout.strategy", "patr")
+    set_path(config, "rollout.patr.max_branches", 2)
+    with pytest.raises(ConfigError, match=r"rollout\.patr\.max_branches: 2 is below"):
+        Experiment.from_config(config)
+
+
+@pytest.mark.parametrize("reward,advantage", [(("verifier",), "vpr"),
+                                              (("outcome", "step_validity"), "rtmc")])
+def test_patr_composes_with_process_credit_by_config_only(tiny, reward, advantage):
+    """A PATR tree with VPR's verifier rewards or RTMC's table: the strategy the config names
+    builds the batch, and the configured rewards and advantages read it."""
+    config = default_config()
+    for path, value in {"env.name": "frozen_lake", "env.options": {"style": "compact"},
+                        "rollout.strategy": "patr", "rollout.num_slots": 16,
+                        "rollout.context_length": 256, "rollout.max_action_tokens": 6,
+                        "rollout.max_turns": 6, "rollout.patr.interval": 2,
+                        "rollout.patr.max_branches": 6, "reward.terms": reward,
+                        "advantage.name": advantage}.items():
+        set_path(config, path, value)
+    exp = Experiment.from_config(config)
+    model_config, params = tiny
+    strategy = build_strategy(exp.rollout, model_config, TOK, exp.env.factory())
+    batch, metrics = strategy.sample(params, jax.random.key(1), [2, 4], step=0)
+    assert metrics["patr/branches"] >= 4
+    rewards = build_rewards(exp.reward)(batch)
+    advantages = build_advantage(exp.advantage)(batch, rewards)
+    assert advantages.shape == batch.tokens.shape and np.isfinite(advantages).all()
+    assert (advantages[~batch.action_mask] == 0).all()

@@ -166,11 +166,20 @@ def test_too_few_slots_for_the_initial_branches_is_a_clear_error(tiny, engine):
 
 
 def test_bad_settings_fail_at_launch_naming_the_field():
+    from jaxtree.train.trainer import check_experiment
     config = default_config()
     set_path(config, "rollout.strategy", "patr")
     set_path(config, "rollout.patr.max_branches", 2)
     with pytest.raises(ConfigError, match=r"rollout\.patr\.max_branches: 2 is below"):
         Experiment.from_config(config)
+    set_path(config, "rollout.patr.max_branches", 8)
+    set_path(config, "rollout.groups_per_step", 8)
+    set_path(config, "rollout.num_slots", 16)
+    with pytest.raises(ConfigError, match=r"rollout\.num_slots: 16 is too few for "
+                       r"rollout\.strategy='patr': it needs at least 32"):
+        check_experiment(Experiment.from_config(config))
+    set_path(config, "rollout.num_slots", 32)
+    check_experiment(Experiment.from_config(config))
 
 
 @pytest.mark.parametrize("reward,advantage", [(("verifier",), "vpr"),

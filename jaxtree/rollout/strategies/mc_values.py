@@ -109,6 +109,12 @@ class McValues:
     continuations per visited state (VPR's MC-PR baseline; use with reward.terms=
     ('mc_process',))."""
 
+    @staticmethod
+    def min_slots(settings: McValuesConfig, stage) -> int:
+        """Slots for every episode of a step plus one state's continuations (checked at
+        launch)."""
+        return stage.groups_per_step * stage.group_size + settings.continuations
+
     def __init__(self, settings: McValuesConfig, context: RolloutContext):
         self.settings = settings
         self.group_size = context.group_size

@@ -215,6 +215,11 @@ class Patr:
     """PATR's process-scored adaptive tree over turns (Alg. 1), or Tree-Random with
     `selection='random'`; branches fork on device (copied cache rows, cloned environment)."""
 
+    @staticmethod
+    def min_slots(settings: PatrConfig, stage) -> int:
+        """Slots to start every task's B0 branches at once (checked at launch)."""
+        return settings.initial_branches * stage.groups_per_step
+
     def __init__(self, settings: PatrConfig, context: RolloutContext):
         self.settings = settings
         self.scorer = SCORERS.build(settings.scorer, None)

@@ -16,7 +16,9 @@ from jaxtree.experiment import (REFERENCE_BEGIN, REFERENCE_END, SECTIONS, Experi
                                 reference_markdown, set_path)
 from jaxtree.rewards import REWARDS, Rewards
 from jaxtree.rollout import STRATEGIES, SlotEngine
+from jaxtree.rollout.tree_record import read_tree
 from jaxtree.train.metrics import read_metrics
+from jaxtree.train.tree_plot import render_tree
 from test_trainer import ROOT, toy_config
 
 # ----------------------------------------------------------------------------- custom parts
@@ -103,6 +105,21 @@ def test_registered_parts_train_through_the_launch_job_with_only_config_changes(
         assert record["train/skipped"] == 0 and np.isfinite(record["train/loss"])
     # the summed reward terms are what the trainer logs: env return + 0.25 x final score
     assert any(r["rollout/reward_mean"] != 0 for r in records[1:])
+    # a tree rollout saves one group's tree at the evaluation step, and launch.show_tree draws it
+    tree = read_tree(str(tmp_path), 2)
+    root, *children = tree["branches"]
+    assert root["parent_id"] == -1 and len(children) == 2
+    assert all(c["parent_id"] == root["episode_id"] and c["fork_turn"] == 2 for c in children)
+    assert all(c["actions"][:2] == root["actions"][:2] for c in children)
+    with pytest.raises(FileNotFoundError, match=r"no tree saved for step 1 .*saved steps: \[2\]"):
+        read_tree(str(tmp_path), 1)
+    png = render_tree(tree, str(tmp_path / "tree.png"))
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    done = subprocess.run([sys.executable, "-m", "launch.show_tree", f"--workdir={tmp_path}",
+                           "--step=2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert os.path.getsize(tmp_path / "trees" / "step_2.png") > 0
     # a typo in the part's settings fails at launch, naming the field
     set_path(config, "rollout.fork_at_turn.fork_trun", 1)
     with pytest.raises(ConfigError, match=r"config\.rollout\.fork_at_turn\.fork_trun: unknown"):

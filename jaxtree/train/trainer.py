@@ -43,6 +43,7 @@ from jaxtree.rewards import build_rewards
 from jaxtree.rewards.base import Rewards, concatenate_rewards
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies import STRATEGIES, build_strategy
+from jaxtree.rollout.tree_record import first_tree_group, group_tree, write_tree
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import TaskSampler
@@ -315,7 +316,7 @@ class Trainer:
                        initial=start_step, total=t.steps)
             for step in bar:
                 state, metrics = self.train_step(state, step, sampler)
-                if step % self.exp.eval.every == 0 or step == t.steps:
+                if self.is_eval_step(step):
                     final_eval = self.evaluate(state.params, step)
                     metrics.update(final_eval)
                 writer.write(step, metrics)
@@ -341,11 +342,18 @@ class Trainer:
         return {"step": step, "preempted": preempted, "initial_eval": initial_eval,
                 "final_eval": final_eval}
 
+    def is_eval_step(self, step: int) -> bool:
+        return step % self.exp.eval.every == 0 or step == self.exp.train.steps
+
     def train_step(self, state, step: int, sampler: TaskSampler):
         """Rollout, rewards, advantages and update of one step; returns (state, metrics)."""
         start = time.perf_counter()
         batch, rewards, metrics = self.rollout(state.params, step, sampler)
         rollout_seconds = time.perf_counter() - start
+        # A tree rollout saves one group's tree at every evaluation step (launch.show_tree).
+        group = first_tree_group(batch) if len(batch) else None
+        if (group is not None and self.is_eval_step(step) and jax.process_index() == 0):
+            write_tree(self.workdir, step, group_tree(batch, group))
         if len(batch) == 0:
             report(f"step {step}: every group was filtered out; no update")
             metrics.update({"train/skipped": 1, "train/kl": float("nan")})

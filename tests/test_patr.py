@@ -182,25 +182,26 @@ def test_bad_settings_fail_at_launch_naming_the_field():
     check_experiment(Experiment.from_config(config))
 
 
-@pytest.mark.parametrize("reward,advantage", [(("verifier",), "vpr"),
-                                              (("outcome", "step_validity"), "rtmc")])
-def test_patr_composes_with_process_credit_by_config_only(tiny, reward, advantage):
-    """A PATR tree with VPR's verifier rewards or RTMC's table: the strategy the config names
-    builds the batch, and the configured rewards and advantages read it."""
-    config = default_config()
-    for path, value in {"env.name": "frozen_lake", "env.options": {"style": "compact"},
-                        "rollout.strategy": "patr", "rollout.num_slots": 16,
-                        "rollout.context_length": 256, "rollout.max_action_tokens": 6,
-                        "rollout.max_turns": 6, "rollout.patr.interval": 2,
-                        "rollout.patr.max_branches": 6, "reward.terms": reward,
-                        "advantage.name": advantage}.items():
-        set_path(config, path, value)
-    exp = Experiment.from_config(config)
+def test_patr_composes_with_process_credit_by_config_only(tiny):
+    """A PATR tree with VPR's verifier rewards and with RTMC's table: the strategy the config
+    names builds the batch, and the configured rewards and advantages read it."""
     model_config, params = tiny
-    strategy = build_strategy(exp.rollout, model_config, TOK, exp.env.factory())
-    batch, metrics = strategy.sample(params, jax.random.key(1), [2, 4], step=0)
-    assert metrics["patr/branches"] >= 4
-    rewards = build_rewards(exp.reward)(batch)
-    advantages = build_advantage(exp.advantage)(batch, rewards)
-    assert advantages.shape == batch.tokens.shape and np.isfinite(advantages).all()
-    assert (advantages[~batch.action_mask] == 0).all()
+    batch = None
+    for reward, advantage in [(("verifier",), "vpr"), (("outcome", "step_validity"), "rtmc")]:
+        config = default_config()
+        for path, value in {"env.name": "frozen_lake", "env.options": {"style": "compact"},
+                            "rollout.strategy": "patr", "rollout.num_slots": 16,
+                            "rollout.context_length": 256, "rollout.max_action_tokens": 6,
+                            "rollout.max_turns": 6, "rollout.patr.interval": 2,
+                            "rollout.patr.max_branches": 6, "reward.terms": reward,
+                            "advantage.name": advantage}.items():
+            set_path(config, path, value)
+        exp = Experiment.from_config(config)
+        if batch is None:  # one tree serves both: only the reward and advantage parts differ
+            strategy = build_strategy(exp.rollout, model_config, TOK, exp.env.factory())
+            batch, metrics = strategy.sample(params, jax.random.key(1), [2, 4], step=0)
+            assert metrics["patr/branches"] >= 4
+        rewards = build_rewards(exp.reward)(batch)
+        advantages = build_advantage(exp.advantage)(batch, rewards)
+        assert advantages.shape == batch.tokens.shape and np.isfinite(advantages).all()
+        assert (advantages[~batch.action_mask] == 0).all()

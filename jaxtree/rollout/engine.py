@@ -145,6 +145,7 @@ class SlotEngine:
         self.finished: list[int] = []
         self.records: dict[int, EpisodeRecord] = {}
         self.held: set[int] = set()          # live episodes that sit turns out
+        self.score_turns = False             # record env.turn_score of every action (TSR)
         self.stats = RolloutStats()
         self._next_id = 0
         self._next_node = 0
@@ -312,7 +313,8 @@ class SlotEngine:
         """Plays the action and prepares the next observation. True if the episode ended."""
         start = time.perf_counter()
         over, e.pending = e.play(self.tokenizer, action, reason in (EOS, STOP_SEQUENCE),
-                                 self.rollout.max_turns, self._new_node(), self.signature_fn)
+                                 self.rollout.max_turns, self._new_node(), self.signature_fn,
+                                 self.score_turns)
         if reason == CACHE_FULL:
             e.end(e.end_reason if over else TRUNCATED, context_full=True)
         self.stats.env_steps += 1

@@ -59,10 +59,12 @@ class Episode:
         return conversation.first_turn_tokens(tokenizer, self.env)
 
     def play(self, tokenizer: Tokenizer, action: list[int], ended: bool, max_turns: int | None,
-             node_id: int, signature_fn: SignatureFn | None = None) -> tuple[bool, list[int]]:
+             node_id: int, signature_fn: SignatureFn | None = None,
+             score_turn: bool = False) -> tuple[bool, list[int]]:
         """Plays generated action tokens (`ended`: the last one is a stop token) as turn
         `num_turns`, recording its labels under tree node `node_id` and its state signature by
-        `signature_fn` (default: the environment's `state_signature()`).
+        `signature_fn` (default: the environment's `state_signature()`); with `score_turn`, also
+        the environment's `turn_score` of the action in the state it was taken in (TSR's S).
 
         Returns (episode over, tokens of the next observation to append; [] when over). The
         episode is over when the game says so or the turn limit (`max_turns`, else the
@@ -75,12 +77,14 @@ class Episode:
                            else signature_fn(env, self.turns))
         anchor_state = env.canonical_state()
         verified = float(env.verify(parsed))
+        turn_score = float(env.turn_score(parsed)) if score_turn else float("nan")
         observation, reward, done, info = env.step(text)
         self.turns.append(TurnRecord(
             reward=float(reward), valid=bool(info["valid"]), verified=verified,
             process_score=float(env.process_score()), state_signature=state_signature,
             action_signature=env.action_signature(parsed), node_id=node_id,
-            anchor_state=anchor_state, validation=bool(info.get("validation", False))))
+            anchor_state=anchor_state, validation=bool(info.get("validation", False)),
+            turn_score=turn_score))
         self.info = dict(info)
         if done or self.num_turns >= (max_turns or env.max_steps):
             self.end(TRUNCATED if bool(info.get("truncated")) or not done else DONE)

@@ -66,6 +66,8 @@ class TrajectoryBatch:
       turn_mc_values: float32[N, K], the Monte-Carlo value of the state each action was taken
         in (mean return of continuations from it, MC-PR's V(s_t)); NaN where the rollout did
         not estimate one.
+      turn_scores: float32[N, K], the environment's `turn_score` of each action in the state
+        it was taken in (TSR's S), recorded by search rollouts; NaN elsewhere.
       outcome_reward: float32[N], the environment's return (sum of its turn rewards, summed in
         float64).
       success: bool[N].
@@ -99,6 +101,7 @@ class TrajectoryBatch:
     anchor_states: np.ndarray
     turn_validation: np.ndarray
     turn_mc_values: np.ndarray
+    turn_scores: np.ndarray
     outcome_reward: np.ndarray
     success: np.ndarray
     end_reason: np.ndarray
@@ -173,6 +176,7 @@ class TurnRecord:
     anchor_state: str | None = None
     validation: bool = False
     mc_value: float = float("nan")   # filled in later by a rollout that estimates state values
+    turn_score: float = float("nan")  # TSR's S(prefix, a_t, o_t) when the rollout asks for it
 
 
 @dataclasses.dataclass
@@ -208,6 +212,7 @@ _TURN_FIELDS = {
     "anchor_states": ("anchor_state", object, None),
     "turn_validation": ("validation", bool, False),
     "turn_mc_values": ("mc_value", np.float32, np.nan),
+    "turn_scores": ("turn_score", np.float32, np.nan),
 }
 # Per-token fields: fill past each row's length.
 _TOKEN_FILL = {"action_mask": False, "behaviour_logprobs": 0.0, "turn_index": -1}

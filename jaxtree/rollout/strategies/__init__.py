@@ -1,10 +1,10 @@
 """Registered rollout strategies (`config.rollout.strategy`): independent, latr, mc_values (MC-PR),
-patr (PATR and Tree-Random).
+patr (PATR and Tree-Random), best_of_n, beam and lookahead (TSR).
 
 Importing this package registers the built-in strategies; see `base` for the protocol.
 """
 
-from jaxtree.rollout.strategies import independent, latr, mc_values, patr  # noqa: F401 (registration)
+from jaxtree.rollout.strategies import independent, latr, mc_values, patr, tsr  # noqa: F401
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, RolloutStage,
                                              RolloutStrategy, build_strategy)
 from jaxtree.rollout.strategies.independent import sample_independent

@@ -8,6 +8,7 @@
     python -m launch.benchmark latr --lengths=128,256 --prompts=8,32
     python -m launch.benchmark credit --rows=4096 --turns=16
     python -m launch.benchmark mc_values --policy=/tmp/tictactoe_sft --env=tictactoe --continuations=4
+    python -m launch.benchmark trees --policy=/tmp/fl_sft --env=frozen_lake
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -19,7 +20,7 @@ from absl import flags
 
 from launch.common import fail, run_app
 
-_BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values")
+_BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values", "trees")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
@@ -55,6 +56,10 @@ _POLICY = flags.DEFINE_string("policy", "tiny", "mc_values: a preset name or a c
 _CONTINUATIONS = flags.DEFINE_list("continuations", ["4"], "mc_values: values of m to time.")
 _GROUPS = flags.DEFINE_integer("groups", 8, "mc_values: tasks per step.")
 _MC_CONTEXT = flags.DEFINE_integer("mc_context_length", 384, "mc_values: tokens per slot.")
+_TREE_SLOTS = flags.DEFINE_integer("tree_slots", 256, "trees: engine slots.")
+_TREE_CONTEXT = flags.DEFINE_integer("tree_context_length", 512, "trees: tokens per slot.")
+_TREE_TURNS = flags.DEFINE_integer("tree_max_turns", 10, "trees: turns per episode (PATR: 10).")
+_TREE_INTERVAL = flags.DEFINE_integer("tree_interval", 5, "trees: PATR's K (FrozenLake: 5).")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -100,6 +105,12 @@ def main(argv):
         mc_values.run(_POLICY.value, _ENV.value, {"style": "compact"},
                       [int(m) for m in _CONTINUATIONS.value], _GROUPS.value, _GROUP_SIZE.value,
                       _MC_CONTEXT.value, _ACTION_TOKENS.value, _REPEATS.value, output)
+    elif name == "trees":
+        from launch.benchmarks import trees  # noqa: PLC0415
+
+        trees.run(_POLICY.value, _ENV.value, {"style": "compact"}, _GROUPS.value,
+                  _GROUP_SIZE.value, _TREE_SLOTS.value, _TREE_CONTEXT.value, _ACTION_TOKENS.value,
+                  _TREE_TURNS.value, _TREE_INTERVAL.value, _REPEATS.value, output)
 
 
 if __name__ == "__main__":

@@ -205,3 +205,22 @@ def test_patr_composes_with_process_credit_by_config_only(tiny):
         advantages = build_advantage(exp.advantage)(batch, rewards)
         assert advantages.shape == batch.tokens.shape and np.isfinite(advantages).all()
         assert (advantages[~batch.action_mask] == 0).all()
+
+
+def test_group_metrics_of_variable_size_groups():
+    """Tree groups differ in size: pass@group is logged under one name at every step, pass@k
+    only when all groups have k rows."""
+    import dataclasses
+    from test_mc_values import make_batch
+    from jaxtree.train.trainer import group_diversity
+    batch = make_batch([[0.0]] * 5, [1.0, 0.0, 0.0, 0.0, 0.0])   # success: row 0 only
+    varied = dataclasses.replace(batch, group_ids=np.array([0, 0, 0, 1, 1], np.int32))
+    metrics = group_diversity(varied)
+    assert metrics["rollout/pass@group"] == 0.5 and metrics["rollout/group_size"] == 2.5
+    assert not any(k.startswith("rollout/pass@") and k[-1].isdigit() and k != "rollout/pass@1"
+                   for k in metrics)
+    even = dataclasses.replace(batch.select([0, 1, 2, 3]),
+                               group_ids=np.array([0, 0, 1, 1], np.int32))
+    metrics = group_diversity(even)
+    assert metrics["rollout/pass@2"] == metrics["rollout/pass@group"] == 0.5
+    assert "rollout/group_size" not in metrics

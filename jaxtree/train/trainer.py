@@ -111,9 +111,11 @@ def check_experiment(exp: "Experiment") -> None:
 
 
 def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
-    """pass@1 (mean success), pass@k (groups with a success) and distinct final answers per group
-    (LATR Table 4): the number of different actions the environment parsed in a group's
-    single-turn episodes, or different final actions for multi-turn ones."""
+    """pass@1 (mean success), pass@group (groups with a success) and distinct final answers per
+    group (LATR Table 4): the number of different actions the environment parsed in a group's
+    single-turn episodes, or different final actions for multi-turn ones. When every group has
+    the same size k, pass@group is also logged as pass@k; tree rollouts, whose groups vary, log
+    the mean group size instead."""
     groups = np.unique(batch.group_ids)
     solved, distinct = [], []
     for g in groups:
@@ -121,9 +123,14 @@ def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
         solved.append(bool(batch.success[rows].any()))
         distinct.append(len({str(batch.infos[i].get("action", "")) for i in rows}))
     sizes = [int((batch.group_ids == g).sum()) for g in groups]
-    return {"rollout/pass@1": float(batch.success.mean()),
-            f"rollout/pass@{max(sizes)}": float(np.mean(solved)),
-            "rollout/distinct_answers": float(np.mean(distinct))}
+    metrics = {"rollout/pass@1": float(batch.success.mean()),
+               "rollout/pass@group": float(np.mean(solved)),
+               "rollout/distinct_answers": float(np.mean(distinct))}
+    if len(set(sizes)) == 1:
+        metrics[f"rollout/pass@{sizes[0]}"] = metrics["rollout/pass@group"]
+    else:
+        metrics["rollout/group_size"] = float(np.mean(sizes))
+    return metrics
 
 
 class Trainer:

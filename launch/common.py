@@ -4,6 +4,8 @@ from any directory, and a quiet log unless `--verbosity` asks for more."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import os
 import re
 import sys
@@ -76,6 +78,44 @@ def _resolve_config_flag(argv: list[str]) -> list[str]:
     return argv
 
 
+# Free-form dict fields of the config (an environment's constructor options): their keys are the
+# environment's, not the schema's, so an override may name a key the config file did not set.
+FREE_FORM_FIELDS = ("env.options", "env.eval_options")
+
+
+def split_free_form_overrides(argv: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """(argv without them, [(field, key, text)]) for the `--config.<free-form field>.<key>=text`
+    overrides, which config_flags would refuse for a key the config file does not set."""
+    rest, overrides = [], []
+    for arg in argv:
+        name, equals, text = arg.partition("=")
+        field = next((f for f in FREE_FORM_FIELDS if name.startswith(f"--config.{f}.")), None)
+        key = name[len(f"--config.{field}."):] if field else ""
+        if field and equals and key and "." not in key:
+            overrides.append((field, key, text))
+        else:
+            rest.append(arg)
+    return rest, overrides
+
+
+def free_form_value(text: str) -> Any:
+    """A Python literal when the text is one (`100`, `True`, `0.5`, `(1, 2)`), else the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_free_form_overrides(config, overrides: list[tuple[str, str, str]]) -> None:
+    """Sets each (field, key, text) override on the loaded config, in place."""
+    for field, key, text in overrides:
+        section = config
+        for part in field.split("."):
+            section = section[part]
+        with section.unlocked() if hasattr(section, "unlocked") else contextlib.nullcontext():
+            section[key] = free_form_value(text)
+
+
 def _override_error(argv: list[str], message: str) -> str:
     """The message of a failed flag parse, made specific: a `--config.x.y` override of the old
     flat layout is named with its new place, an unknown field by its config path."""
@@ -112,12 +152,18 @@ def run_app(main) -> None:
     from absl import app, flags, logging
 
     def parse(argv):
-        argv = _resolve_config_flag(argv)
+        argv, free_form = split_free_form_overrides(_resolve_config_flag(argv))
+        if free_form:  # config_flags reads its overrides from sys.argv as well
+            sys.argv = [a for a in sys.argv if a in argv or not a.startswith("--config.")]
         try:
             parsed = flags.FLAGS(argv)
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
             message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
             fail(_override_error(argv, message))
+        if free_form:
+            if "config" not in flags.FLAGS or flags.FLAGS["config"].value is None:
+                fail(f"--config.{free_form[0][0]}.{free_form[0][1]} needs --config")
+            apply_free_form_overrides(flags.FLAGS["config"].value, free_form)
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
             logging.get_absl_logger().addFilter(_quiet_orbax)

@@ -93,13 +93,18 @@ def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
     check = start_job("-c", "from launch.evaluate import output_path; "
                       f"print(output_path('/proc', None)); print(output_path('tiny', None)); "
                       f"print(output_path({str(tmp_path)!r}, None))")
-    (written,) = wait_jobs(start_job(*SMALL_EVAL, f"--output={out}", "--transcripts=3"))
+    # An environment option the config file does not set is still an override (a grid's
+    # variants set them): the turn limit, here.
+    (written,) = wait_jobs(start_job(*SMALL_EVAL, f"--output={out}", "--transcripts=3",
+                                     "--config.env.options.max_steps=6"))
     assert written.returncode == 0, written.stderr
     assert _episodes_cells(written.stdout) == ["4", "4", "4"]
     report = json.loads(out.read_text())
     assert set(report["rows"]) == {"policy", "oracle", "random"}
     assert report["rows"]["oracle"]["success_rate"] == 1.0
     assert report["rows"]["policy"]["episodes"] == 4 and report["eval"]["transcripts"] == 3
+    assert report["env"]["options"]["max_steps"] == 6
+    assert all(row["mean_turns"] <= 6 for row in report["rows"].values())
     with open(out.parent / "transcripts.jsonl") as f:
         assert len(f.readlines()) == 3
     assert (out.parent / "transcripts.txt").read_text().count("=== task ") == 3
@@ -109,3 +114,17 @@ def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
     assert check.stdout.splitlines() == ["(None, '/proc is not writable')",
                                          "(None, \"'tiny' is not a checkpoint directory\")",
                                          f"({str(tmp_path / 'eval.json')!r}, None)"]
+
+
+def test_free_form_overrides_are_split_from_the_flags_and_parsed_as_literals():
+    from launch.common import free_form_value, split_free_form_overrides
+    argv = ["job", "--config=x.py", "--config.env.options.oracle=mcts",
+            "--config.env.eval_options.opponent=random", "--config.env.options.size=5",
+            "--config.train.steps=3", "--config.env.options=bad"]
+    rest, overrides = split_free_form_overrides(argv)
+    assert rest == ["job", "--config=x.py", "--config.train.steps=3", "--config.env.options=bad"]
+    assert overrides == [("env.options", "oracle", "mcts"),
+                         ("env.eval_options", "opponent", "random"),
+                         ("env.options", "size", "5")]
+    assert [free_form_value(t) for t in ("mcts", "5", "0.5", "True", "(1, 2)")] == \
+        ["mcts", 5, 0.5, True, (1, 2)]

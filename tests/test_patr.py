@@ -194,7 +194,10 @@ def test_patr_composes_with_process_credit_by_config_only(tiny):
                             "rollout.context_length": 256, "rollout.max_action_tokens": 6,
                             "rollout.max_turns": 6, "rollout.patr.interval": 2,
                             "rollout.patr.max_branches": 6, "reward.terms": reward,
-                            "advantage.name": advantage}.items():
+                            "advantage.name": advantage,
+                            # the in-process judge (a tiny random model) scores the branches
+                            "rollout.patr.scorer": "judge",
+                            "rollout.patr.judge": {"max_prompt_tokens": 256}}.items():
             set_path(config, path, value)
         exp = Experiment.from_config(config)
         if batch is None:  # one tree serves both: only the reward and advantage parts differ
@@ -224,3 +227,71 @@ def test_group_metrics_of_variable_size_groups():
     metrics = group_diversity(even)
     assert metrics["rollout/pass@2"] == metrics["rollout/pass@group"] == 0.5
     assert "rollout/group_size" not in metrics
+
+
+# ----------------------------------------------------------------------------- the judge
+
+
+def played_episode(moves, task=4, episode_id=0):
+    """A FrozenLake episode that played `moves` oracle moves, as the engine records it."""
+    from jaxtree.rollout.episode import Episode
+    episode = Episode(episode_id, task, 0)
+    episode.start(lambda: environments.make("frozen_lake", style="compact"), TOK)
+    for i in range(moves):
+        text = episode.env.answer_text(episode.env.oracle_action())
+        episode.play(TOK, TOK.encode(text) + [TOK.end_of_turn_id], True, None, i)
+    return episode
+
+
+def test_judge_phase_follows_the_recent_actions():
+    from jaxtree.rollout.judge import phase_of
+    assert phase_of(["grep -rn foo .", "cat a.py"]) == "diagnosis"
+    assert phase_of(["cat a.py", "sed -i s/a/b/ a.py"]) == "editing"
+    assert phase_of(["sed -i s/a/b/ a.py", "pytest tests/test_a.py"]) == "verification"
+    assert phase_of(["Right", "Down"]) == "default"
+
+
+def test_judge_reads_the_expected_score_from_the_digit_probabilities(tiny):
+    """Batched and padded as the scorer runs it, each branch's judge score equals the formula
+    evaluated on unpadded single-row forwards; the blend with the heuristic is Eq. 8."""
+    from jaxtree.models import forward
+    from jaxtree.policy import Policy
+    from jaxtree.rollout.judge import JudgeScorer
+    config, params = tiny
+    policy = Policy(config, params, TOK, "tiny")
+    judge = JudgeScorer(policy, weight=0.7, recent_turns=2, max_prompt_tokens=400)
+    episodes = [played_episode(moves, episode_id=i) for i, moves in enumerate([0, 3])]
+    got = judge.judge_scores(episodes)
+    digits = [TOK.encode(str(d))[0] for d in range(10)]
+    for score, episode in zip(got, episodes):
+        head = judge.prompt_tokens(episode)
+        assert len(head) <= 400
+        rows = [head, head + TOK.encode("0.")]
+        probs = []
+        for row in rows:
+            logits = np.asarray(jax.jit(forward, static_argnums=0)(
+                config, params, np.asarray([row], np.int32)))[0, -1]
+            p = np.exp(logits[digits] - logits[digits].max())
+            probs.append(p)
+        p01 = probs[0][:2] / probs[0][:2].sum()
+        expected = p01[1] + p01[0] * (probs[1] / probs[1].sum()) @ np.arange(10) / 10
+        assert score == pytest.approx(expected, abs=1e-5) and 0 <= score <= 1
+    heuristic = np.array([e.env.process_score() for e in episodes])
+    np.testing.assert_allclose(judge(episodes), 0.7 * got + 0.3 * heuristic, atol=1e-12)
+    # only the recent turns are shown; the state is always there
+    text = TOK.decode(judge.prompt_tokens(episodes[1]))
+    assert "step 2: " in text and "step 3: " in text and "step 1:" not in text
+    assert "invalid" not in text and "current state:" in text
+
+
+def test_judge_scorer_is_configured_under_the_patr_section():
+    config = default_config()
+    set_path(config, "rollout.strategy", "patr")
+    set_path(config, "rollout.patr.scorer", "judge")
+    set_path(config, "rollout.patr.judge", {"weight": 0.5, "recent_turns": 4})
+    exp = Experiment.from_config(config)
+    settings = exp.rollout.part_settings("patr").part_settings("judge")
+    assert settings.weight == 0.5 and settings.recent_turns == 4
+    set_path(config, "rollout.patr.judge", {"wieght": 0.5})
+    with pytest.raises(ConfigError, match=r"rollout\.patr\.judge\.wieght: unknown field"):
+        Experiment.from_config(config)

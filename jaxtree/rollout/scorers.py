@@ -11,16 +11,19 @@ Each episode carries its task (`task_id`), its history (`turns`) and its live en
 budget; they never enter the reward.
 
 Registered: `heuristic`, the environment's own `process_score()` (PATR's FrozenLake progress
-heuristic: accumulated step rewards and the shortest-path distance to the goal, holes blocked).
+heuristic: accumulated step rewards and the shortest-path distance to the goal, holes blocked);
+`judge`, PATR's LLM judge run in process by a jaxtree policy and blended with the heuristic
+(Eq. 8; `jaxtree.rollout.judge`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxtree.config import Registry
+from jaxtree.config import Registry, Section, between, option, positive
 from jaxtree.rollout.episode import Episode
 
 SCORERS = Registry("process scorer")
@@ -49,4 +52,34 @@ def heuristic(settings: None) -> Scorer:
     def score(episodes: Sequence[Episode]) -> np.ndarray:
         return checked_scores([e.env.process_score() for e in episodes], len(episodes),
                               "heuristic")
+    return score
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig(Section):
+    """Settings of the `judge` scorer (`rollout.patr.judge`)."""
+
+    model: str = option("tiny", "the judge: a preset, a jaxtree checkpoint or a local Hugging "
+                        "Face directory")
+    weight: float = option(0.7, "lambda of PATR Eq. 8: lambda x judge + (1 - lambda) x the "
+                           "environment's heuristic (the judge gets the larger weight, App. B)",
+                           check=between(0, 1))
+    recent_turns: int = option(10, "turns of the partial trajectory shown to the judge (PATR: "
+                               "recent context)", check=between(0))
+    max_prompt_tokens: int = option(1024, "longest judge prompt; longer ones keep their start "
+                                    "and end", check=positive())
+
+
+@SCORERS.register("judge", JudgeConfig)
+def judge(settings: JudgeConfig) -> Scorer:
+    """PATR's LLM judge in process: a jaxtree policy's {"score": x} read from its digit
+    probabilities, blended with the environment's heuristic (Eq. 8)."""
+    from jaxtree.policy import load_policy
+    from jaxtree.rollout.judge import JudgeScorer
+    scorer = JudgeScorer(load_policy(settings.model), settings.weight, settings.recent_turns,
+                         settings.max_prompt_tokens)
+
+    def score(episodes: Sequence[Episode]) -> np.ndarray:
+        return checked_scores(scorer(episodes), len(episodes), "judge")
+    score.judge = scorer
     return score

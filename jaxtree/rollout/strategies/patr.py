@@ -66,7 +66,9 @@ GROUPS = ("keep_all", "best_n")
 
 @dataclasses.dataclass(frozen=True)
 class PatrConfig(Section):
-    """Config section `rollout.patr`."""
+    """Config section `rollout.patr` (the scorer's settings: `rollout.patr.<scorer>`)."""
+
+    PARTS = {"scorer": SCORERS}
 
     initial_branches: int = option(PAPER_INITIAL_BRANCHES, "B0, branches started from each "
                                    "task's prompt (replaces rollout.group_size)",
@@ -222,7 +224,7 @@ class Patr:
 
     def __init__(self, settings: PatrConfig, context: RolloutContext):
         self.settings = settings
-        self.scorer = SCORERS.build(settings.scorer, None)
+        self.scorer = SCORERS.build(settings.scorer, settings.part_settings(settings.scorer))
         self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
                                  context.rollout)
 

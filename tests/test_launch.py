@@ -106,23 +106,19 @@ def test_rollout_benchmark_reports_host_share(tmp_path):
 
 @pytest.mark.slow
 def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, capsys):
+    """Beam search forks every root before its first action, so even a random model's trees
+    share prefixes (PATR's forks come after K turns, which a random model rarely reaches)."""
     from launch.benchmarks import trees
     trees.run("tiny", "frozen_lake", {"style": "compact"}, groups=1, group_size=2, num_slots=16,
               context_length=256, max_action_tokens=6, max_turns=4, interval=2, repeats=1,
-              output=str(tmp_path / "trees.json"))
-    results = {(r["method"], r["mode"]): r
-               for r in json.loads((tmp_path / "trees.json").read_text())["results"]}
-    assert set(results) == {(m, b) for m in ("patr", "beam")
-                            for b in ("fork", "re-prefill", "independent")}
-    for method in ("patr", "beam"):
-        fork, again = results[(method, "fork")], results[(method, "re-prefill")]
-        # the same tree: same trajectories and generated tokens, more tokens prefilled
-        assert fork["trajectories"] == again["trajectories"] > 0
-        assert fork["generated_tokens"] == again["generated_tokens"]
-        assert again["prefilled_tokens"] >= fork["prefilled_tokens"]
-    # beam search forks every root before its first action: each copy re-prefills the prompt
-    assert results[("beam", "re-prefill")]["prefilled_tokens"] > \
-        results[("beam", "fork")]["prefilled_tokens"]
+              output=str(tmp_path / "trees.json"), methods=("beam",))
+    results = {r["mode"]: r for r in json.loads((tmp_path / "trees.json").read_text())["results"]}
+    assert set(results) == {"fork", "re-prefill", "independent"}
+    fork, again = results["fork"], results["re-prefill"]
+    # the same tree: same trajectories and generated tokens; each copy re-prefills the prompt
+    assert fork["trajectories"] == again["trajectories"] == results["independent"]["trajectories"]
+    assert fork["generated_tokens"] == again["generated_tokens"]
+    assert again["prefilled_tokens"] > fork["prefilled_tokens"]
     assert "| beam   | re-prefill" in capsys.readouterr().out
 
 

@@ -69,12 +69,15 @@ class ReprefillEngine(SlotEngine):
         return children
 
 
+METHODS = ("patr", "beam")
+
+
 def _arms(policy, make_env, rollout: RolloutConfig, tasks, patr: PatrConfig, beam: BeamConfig,
-          group_size: int):
-    """(name, engine, step(engine, seed) -> batch) of every arm."""
+          group_size: int, methods=METHODS):
+    """(method, build, engine, step(engine, seed) -> batch) of every tree arm."""
     scorer = SCORERS.build("heuristic", None)
     arms = []
-    for method in ("patr", "beam"):
+    for method in methods:
         for mode, engine_type in (("fork", SlotEngine), ("re-prefill", ReprefillEngine)):
             engine = engine_type(policy.config, policy.tokenizer, make_env, rollout)
             if method == "patr":
@@ -89,7 +92,7 @@ def _arms(policy, make_env, rollout: RolloutConfig, tasks, patr: PatrConfig, bea
 
 def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_size: int,
         num_slots: int, context_length: int, max_action_tokens: int, max_turns: int,
-        interval: int, repeats: int, output: str) -> None:
+        interval: int, repeats: int, output: str, methods=METHODS) -> None:
     policy = load_policy(policy_spec)
     make_env = lambda: environments.make(env_name, **env_options)  # noqa: E731
     rollout = RolloutConfig(num_slots=num_slots, context_length=context_length,
@@ -99,7 +102,7 @@ def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_s
     beam = BeamConfig(beams=2, branching=2)
     results, rows = [], []
     for method, mode, engine, step in _arms(policy, make_env, rollout, tasks, patr, beam,
-                                            group_size):
+                                            group_size, methods):
         step(engine, 0)  # compiles
         measured = []
         for r in range(repeats):

@@ -295,3 +295,186 @@ def test_judge_scorer_is_configured_under_the_patr_section():
     set_path(config, "rollout.patr.judge", {"wieght": 0.5})
     with pytest.raises(ConfigError, match=r"rollout\.patr\.judge\.wieght: unknown field"):
         Experiment.from_config(config)
+
+
+# ----------------------------------------------------------------------------- scripted policy
+
+MOVES = ("Left", "Down", "Right", "Up")
+
+
+def scripted_move(episode_id, turn, seed=0):
+    """The scripted policy: hand-set move probabilities (mostly Right and Down, the way to the
+    goal; Up rarely), drawn from a generator keyed by (seed, episode, turn) like the engine's."""
+    rng = np.random.default_rng((seed, episode_id, turn))
+    return MOVES[rng.choice(4, p=[0.1, 0.4, 0.4, 0.1])]
+
+
+class ScriptedEngine:
+    """The slot engine's interface for tree controllers (begin, add_episode, start_queued, live,
+    has_work, free_slots, play_turn, fork, stop, discard, collect) over a scripted policy and
+    real environments; token arrays are placeholders."""
+
+    def __init__(self, num_slots):
+        self.rollout = RolloutConfig(num_slots=num_slots, max_turns=10)
+
+    def begin(self, params, rng):
+        from jaxtree.rollout.episode import Episode
+        self._episode = Episode
+        self.episodes, self.order, self.records, self.finished = {}, [], {}, []
+
+    def add_episode(self, task_id, group_id=0):
+        e = self._episode(len(self.episodes), task_id, group_id)
+        self.episodes[e.episode_id] = e
+        self.order.append(e.episode_id)
+        return e.episode_id
+
+    def start_queued(self):
+        for e in self.episodes.values():
+            if e.env is None:
+                e.start(lambda: environments.make("frozen_lake", style="compact"), TOK)
+
+    @property
+    def live(self):
+        return [self.episodes[i] for i in self.order]
+
+    @property
+    def has_work(self):
+        return bool(self.order)
+
+    @property
+    def free_slots(self):
+        return self.rollout.num_slots - len(self.order)
+
+    def _retire(self, e):
+        self.order.remove(e.episode_id)
+        n = 2 * e.num_turns
+        self.records[e.episode_id] = e.record(
+            np.ones(n, np.int32), np.tile([False, True], e.num_turns), np.zeros(n, np.float32),
+            np.repeat(np.arange(e.num_turns), 2).astype(np.int32))
+        self.finished.append(e.episode_id)
+
+    def play_turn(self):
+        done = []
+        for e in self.live:
+            text = scripted_move(e.episode_id, e.num_turns)
+            over, _ = e.play(TOK, TOK.encode(text) + [TOK.end_of_turn_id], True, 10,
+                             1000 * e.episode_id + e.num_turns)
+            if over:
+                self._retire(e)
+                done.append(e.episode_id)
+        return done
+
+    def fork(self, episode_id, n):
+        parent = self.episodes[episode_id]
+        if n > self.free_slots:
+            raise ValueError("no room")
+        ids = []
+        for _ in range(n):
+            child = parent.fork(len(self.episodes))
+            self.episodes[child.episode_id] = child
+            self.order.append(child.episode_id)
+            ids.append(child.episode_id)
+        return ids
+
+    def stop(self, episode_id):
+        e = self.episodes[episode_id]
+        e.end(PRUNED)
+        self._retire(e)
+
+    def discard(self, episode_id):
+        self.finished.remove(episode_id)
+        return self.records.pop(episode_id)
+
+    def collect(self):
+        from jaxtree.rollout.trajectory import assemble
+        records = [self.records.pop(e) for e in sorted(self.finished)]
+        self.finished = []
+        return assemble(records, TOK.pad_id)
+
+
+def reference_patr(task, b0, m, k, interval, alpha, theta, budget, slots):
+    """PATR Alg. 1 in plain Python over the scripted policy: returns {branch id: (parent,
+    fork turn, moves, how it ended)} of the group C. Branch ids count up in creation order (the
+    B0 roots, then each expansion's M - 1 new children; an expanded branch continues as its own
+    first child)."""
+    env_of, moves, origin = {}, {}, {}
+    for b in range(b0):
+        env = environments.make("frozen_lake", style="compact")
+        env.reset(task)
+        env_of[b], moves[b], origin[b] = env, [], (-1, -1)
+    active, completed, ended = list(range(b0)), [], {}
+    while active:
+        for _ in range(interval):                      # line 3: advance up to K turns
+            for b in list(active):
+                move = scripted_move(b, len(moves[b]))
+                _, _, done, info = env_of[b].step(move)
+                moves[b].append(move)
+                if done or len(moves[b]) >= 10:        # line 4: terminated -> C
+                    active.remove(b)
+                    completed.append(b)
+                    ended[b] = "truncated" if info.get("truncated") or not done else "done"
+            if not active:
+                break
+        if not active:
+            break
+        scores = [env_of[b].process_score() for b in active]            # line 6
+        order = sorted(range(len(active)), key=lambda i: (-scores[i], i))
+        expand = [active[i] for i in order[:k]]                          # line 7
+        ordered = sorted(scores)
+        n = len(scores)
+        median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+        low = []
+        for i, b in enumerate(active):                                   # line 8
+            repeats = 0
+            for mv in reversed(moves[b]):
+                if mv != moves[b][-1]:
+                    break
+                repeats += 1
+            if b not in expand and (scores[i] < median - alpha or repeats >= theta):
+                low.append(b)
+        for b in expand:                                                 # lines 9-10
+            if len(env_of) + m - 1 > budget or slots - len(active) < m - 1:
+                continue                                  # no room: the branch survives
+            for _ in range(m - 1):
+                c = len(env_of)
+                env_of[c], moves[c] = env_of[b].clone(), list(moves[b])
+                origin[c] = (b, len(moves[b]))
+                active.append(c)
+        for b in low:
+            active.remove(b)
+            completed.append(b)
+            ended[b] = "pruned"
+    return {b: (origin[b][0], origin[b][1], moves[b], ended[b]) for b in completed}
+
+
+@pytest.mark.parametrize("task,budget", [(5, 12), (11, 9), (23, 7)])
+def test_patr_on_a_scripted_policy_grows_the_tree_alg1_describes(task, budget):
+    """The whole rollout against PATR Alg. 1 run in plain Python with the same scripted policy
+    and environments: the same branches, parents, fork turns, moves and endings (the cases
+    expand, prune by score and by repeats, and refuse expansions over the budget)."""
+    settings = PatrConfig(initial_branches=4, children=2, expand_top_k=2, interval=2,
+                          prune_margin=0.2, repeat_limit=3, max_branches=budget)
+    batch, metrics = sample_patr(
+        ScriptedEngine(num_slots=10), None, jax.random.key(0), [task], settings,
+        lambda eps: np.array([e.env.process_score() for e in eps]))
+    want = reference_patr(task, 4, 2, 2, 2, 0.2, 3, budget=budget, slots=10)
+    got = {int(batch.episode_ids[i]): (
+        int(batch.parent_ids[i]), int(batch.fork_turns[i]),
+        [str(a).capitalize() for a in batch.action_signatures[i, :batch.num_turns[i]]],
+        {0: "done", 1: "truncated", 2: "pruned"}[int(batch.end_reason[i])])
+        for i in range(len(batch))}
+    assert got == want
+    SCRIPTED_PATHS.update(k for k in ("patr/refused", "patr/pruned_score", "patr/pruned_repeat")
+                          if metrics[k] > 0)
+
+
+SCRIPTED_PATHS = set()
+
+
+def test_the_scripted_cases_cover_every_decision():
+    """Runs after the parametrized cases (file order): together they refused, pruned by score
+    and pruned by repeats at least once."""
+    for task, budget in [(5, 12), (11, 9), (23, 7)]:
+        if len(SCRIPTED_PATHS) < 3:
+            test_patr_on_a_scripted_policy_grows_the_tree_alg1_describes(task, budget)
+    assert SCRIPTED_PATHS == {"patr/refused", "patr/pruned_score", "patr/pruned_repeat"}

@@ -1,13 +1,14 @@
-"""TSR Table 1 at the tiny scale, FrozenLake 4x4: instance filtering vs TSR best-of-N vs lookahead vs beam
-search, 3 seeds.
+"""TSR Table 1 at the tiny scale, FrozenLake 4x4: instance filtering vs TSR best-of-N vs
+lookahead vs beam search, 3 seeds.
 
     python -m launch.compare --grid=configs/grids/tsr_frozen_lake.py --out=/tmp/tsr_frozen_lake
 
 As in TSR §4.2 and Alg. 1, every variant samples P = 16 tasks per step, builds L = 8 trajectories
 per task (the tiny model's group size; the paper's 16) and keeps the top p = 25% of groups by the
 standard deviation of their returns (instance filtering, `filter.name=top_std`); the loss has no
-KL term and clips higher (DAPO's clip range 0.2 / 0.28, token-mean). GRPO advantages for both
-games (the paper trains Sokoban with PPO; this codebase has no critic). Only the rollout differs:
+KL term and clips higher (DAPO's clip range 0.2 / 0.28, token-mean), with GRPO advantages
+(configs/grids/tsr_sokoban.py runs the same variants on Sokoban, which the paper trains with
+PPO; this codebase has no critic). Only the rollout differs:
 
   filtering    L independent episodes (the paper's baseline);
   best_of_n    N = 14 episodes, the L best returns kept (the paper's 28 -> 16 ratio);
@@ -27,8 +28,8 @@ BRANCHING, BEAMS, DEPTH = 4, 2, 2
 
 def get_grid():
     return {
-        "title": "FrozenLake 4x4: instance filtering vs TSR best-of-N, lookahead, beam (TSR Table 1, tiny "
-                 "scale)",
+        "title": ("FrozenLake 4x4: instance filtering vs TSR best-of-N, lookahead, beam (TSR Table "
+                  "1, tiny scale)"),
         "config": "frozen_lake_grpo.py",
         "overrides": {"loss.aggregation": "token-mean", "loss.eps_low": 0.2,
                       "loss.eps_high": 0.28, "loss.kl_coef": 0.0, "advantage.name": "grpo",

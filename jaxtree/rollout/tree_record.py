@@ -26,10 +26,6 @@ import numpy as np
 from jaxtree.rollout.trajectory import END_REASONS, NO_PARENT, TrajectoryBatch
 
 
-def has_forks(batch: TrajectoryBatch) -> bool:
-    return bool(len(batch)) and bool((batch.parent_ids != NO_PARENT).any())
-
-
 def group_tree(batch: TrajectoryBatch, group: int) -> dict:
     """The rows of `group` as the tree described in the module docstring.
 

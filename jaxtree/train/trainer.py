@@ -42,7 +42,7 @@ from jaxtree.policy import Policy
 from jaxtree.rewards import build_rewards
 from jaxtree.rewards.base import Rewards, concatenate_rewards
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies import STRATEGIES, build_strategy
+from jaxtree.rollout.strategies import build_strategy, check_stage
 from jaxtree.rollout.tree_record import first_tree_group, group_tree, write_tree
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.sampling.logits_processing import SamplingConfig
@@ -94,13 +94,7 @@ def check_experiment(exp: "Experiment") -> None:
     require(train.num_minibatches <= rollout.groups_per_step * rollout.group_size,
             "train.num_minibatches", f"{train.num_minibatches} is more than the "
             f"{rollout.groups_per_step * rollout.group_size} episodes of a step")
-    # A strategy that needs room for several episodes at once says how many slots (min_slots).
-    min_slots = getattr(STRATEGIES.part(rollout.strategy).build, "min_slots", None)
-    if min_slots is not None:
-        needed = min_slots(rollout.part_settings(rollout.strategy), rollout)
-        require(rollout.num_slots >= needed, "rollout.num_slots",
-                f"{rollout.num_slots} is too few for rollout.strategy={rollout.strategy!r}: "
-                f"it needs at least {needed}")
+    check_stage(rollout)  # the strategy's own constraints (slots for its branches, ...)
     try:
         parallelism = mesh_lib.batch_parallelism(exp.mesh.make())
     except ValueError as e:

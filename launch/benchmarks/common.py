@@ -18,6 +18,14 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> t
     return interleaved_median_seconds({"fn": fn}, repeats, warmup)["fn"]
 
 
+def seeded_median_seconds(fn: Callable[[int], object], repeats: int) -> tuple[float, list, list]:
+    """fn(0) untimed (it compiles), then fn(1), ..., fn(repeats) timed: (median seconds, all
+    times, the timed calls' return values). Each call gets its own seed."""
+    seeds, outputs = iter(range(repeats + 1)), []
+    seconds, times = median_seconds(lambda: outputs.append(fn(next(seeds))), repeats)
+    return seconds, times, outputs[1:]
+
+
 def interleaved_median_seconds(fns: dict[str, Callable[[], object]], repeats: int,
                                warmup: int = 1) -> dict[str, tuple[float, list]]:
     """`median_seconds` for several variants timed in turn within each repeat (A B A B ...), so

@@ -12,7 +12,6 @@ continuations, and the ratio to independent rollouts.
 from __future__ import annotations
 
 import statistics
-import time
 
 import jax
 
@@ -23,7 +22,7 @@ from jaxtree.rollout import sample_independent
 from jaxtree.rollout.strategies.mc_values import sample_with_values
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.utils import print_table
-from launch.benchmarks.common import machine_info, write_json
+from launch.benchmarks.common import machine_info, seeded_median_seconds, write_json
 
 
 def run(policy_spec: str, env_name: str, env_options: dict, continuations, groups: int,
@@ -51,14 +50,8 @@ def run(policy_spec: str, env_name: str, env_options: dict, continuations, group
             return sample_with_values(engine, policy.params, jax.random.key(seed), tasks,
                                       group_size, m)
 
-        step(0)  # compiles
-        times, metrics = [], []
-        for r in range(repeats):
-            start = time.perf_counter()
-            _, info = step(r + 1)
-            times.append(time.perf_counter() - start)
-            metrics.append(info)
-        seconds = statistics.median(times)
+        seconds, times, outputs = seeded_median_seconds(step, repeats)
+        metrics = [info for _, info in outputs]
         main = statistics.median(x["mc/main_steps"] for x in metrics)
         extra = statistics.median(x["mc/continuation_steps"] for x in metrics)
         results.append({"continuations": m, "seconds": seconds, "times": times,

@@ -31,7 +31,7 @@ from jaxtree.rollout.strategies.patr import PatrConfig, sample_patr
 from jaxtree.rollout.strategies.tsr import BeamConfig, sample_beam
 from jaxtree.sampling.sampler import bucket_length
 from jaxtree.utils import print_table
-from launch.benchmarks.common import machine_info, write_json
+from launch.benchmarks.common import machine_info, seeded_median_seconds, write_json
 
 
 class ReprefillEngine(SlotEngine):
@@ -90,6 +90,20 @@ def _arms(policy, make_env, rollout: RolloutConfig, tasks, patr: PatrConfig, bea
     return arms
 
 
+def _measure(method: str, mode: str, engine, step, repeats: int) -> tuple[dict, object]:
+    """One compiling call of step(engine, seed), then `repeats` timed ones: (medians of seconds,
+    tokens prefilled and generated and trajectories, with every time; the last batch)."""
+    def call(seed):
+        batch = step(engine, seed)
+        prefilled = engine.stats.observation_tokens + getattr(engine, "reprefilled_tokens", 0)
+        return prefilled, engine.stats.generated_tokens, len(batch), batch
+    seconds, times, outputs = seeded_median_seconds(call, repeats)
+    median = lambda i: statistics.median(o[i] for o in outputs)  # noqa: E731
+    return ({"method": method, "mode": mode, "seconds": seconds, "prefilled_tokens": median(0),
+             "generated_tokens": median(1), "trajectories": median(2), "times": times},
+            outputs[-1][3])
+
+
 def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_size: int,
         num_slots: int, context_length: int, max_action_tokens: int, max_turns: int,
         interval: int, repeats: int, output: str, methods=METHODS) -> None:
@@ -103,44 +117,21 @@ def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_s
     results, rows = [], []
     for method, mode, engine, step in _arms(policy, make_env, rollout, tasks, patr, beam,
                                             group_size, methods):
-        step(engine, 0)  # compiles
-        measured = []
-        for r in range(repeats):
-            start = time.perf_counter()
-            batch = step(engine, r + 1)
-            seconds = time.perf_counter() - start
-            prefilled = engine.stats.observation_tokens + getattr(engine, "reprefilled_tokens", 0)
-            measured.append((seconds, prefilled, engine.stats.generated_tokens, len(batch),
-                             np.bincount(batch.group_ids, minlength=groups)))
-        result = {"method": method, "mode": mode,
-                  "seconds": statistics.median(m[0] for m in measured),
-                  "prefilled_tokens": statistics.median(m[1] for m in measured),
-                  "generated_tokens": statistics.median(m[2] for m in measured),
-                  "trajectories": statistics.median(m[3] for m in measured),
-                  "times": [m[0] for m in measured]}
+        result, batch = _measure(method, mode, engine, step, repeats)
         results.append(result)
         if mode == "fork":
-            # independent rollouts with the tree's group sizes (of the last timed repeat)
-            sizes = measured[-1][4]
-            engine = SlotEngine(policy.config, policy.tokenizer, make_env, rollout)
-            ind = []
-            for r in range(repeats + 1):
-                engine.begin(policy.params, jax.random.key(r))
+            # independent episodes, as many per task as the tree's last timed batch held
+            sizes = np.bincount(batch.group_ids, minlength=groups)
+
+            def independent(e, seed, sizes=sizes):
+                e.begin(policy.params, jax.random.key(seed))
                 for g, task in enumerate(tasks):
                     for _ in range(int(sizes[g])):
-                        engine.add_episode(task, group_id=g)
-                start = time.perf_counter()
-                engine.run()
-                batch = engine.collect()
-                ind.append((time.perf_counter() - start, engine.stats.observation_tokens,
-                            engine.stats.generated_tokens, len(batch)))
-            ind = ind[1:]  # the first run compiles
-            results.append({"method": method, "mode": "independent",
-                            "seconds": statistics.median(m[0] for m in ind),
-                            "prefilled_tokens": statistics.median(m[1] for m in ind),
-                            "generated_tokens": statistics.median(m[2] for m in ind),
-                            "trajectories": statistics.median(m[3] for m in ind),
-                            "times": [m[0] for m in ind]})
+                        e.add_episode(task, group_id=g)
+                e.run()
+                return e.collect()
+            engine = SlotEngine(policy.config, policy.tokenizer, make_env, rollout)
+            results.append(_measure(method, "independent", engine, independent, repeats)[0])
         print(f"  {method} {mode}: done", flush=True)
     by = {(r["method"], r["mode"]): r for r in results}
     for r in results:

@@ -6,9 +6,11 @@ Importing this package registers the built-in strategies; see `base` for the pro
 
 from jaxtree.rollout.strategies import independent, latr, mc_values, patr, tsr  # noqa: F401
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, RolloutStage,
-                                             RolloutStrategy, build_strategy)
+                                             RolloutStrategy, build_strategy, check_stage,
+                                             require_slots)
 from jaxtree.rollout.strategies.independent import sample_independent
 from jaxtree.rollout.strategies.latr import LatrRolloutConfig, eta_at, num_tree_slots, sample_latr
 
 __all__ = ["STRATEGIES", "LatrRolloutConfig", "RolloutContext", "RolloutStage", "RolloutStrategy",
-           "build_strategy", "eta_at", "num_tree_slots", "sample_independent", "sample_latr"]
+           "build_strategy", "check_stage", "eta_at", "num_tree_slots", "require_slots",
+           "sample_independent", "sample_latr"]

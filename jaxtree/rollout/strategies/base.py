@@ -16,7 +16,9 @@ A new strategy is a class (or any object with `sample`) registered with its type
     def my_tree(settings: MyTreeConfig, context: RolloutContext) -> RolloutStrategy: ...
 
 after which `--config.rollout.strategy=my_tree` selects it and `config.rollout.my_tree.*` holds
-its settings.
+its settings. A strategy whose settings constrain the rest of the section (slots for its branches,
+a group size it needs) gives its class a static `check_stage(settings, stage)` that raises
+ConfigError naming the field; launch runs it with the other cross-section checks.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, Callable, Protocol, Sequence
 import jax
 
 from environments.base import TextEnv
-from jaxtree.config import Registry, one_of, option, positive
+from jaxtree.config import Registry, one_of, option, positive, require
 from jaxtree.models.config import ModelConfig
 from jaxtree.rollout.engine import RolloutConfig
 from jaxtree.rollout.trajectory import TrajectoryBatch
@@ -71,6 +73,20 @@ class RolloutStage(RolloutConfig):
     def engine(self) -> RolloutConfig:
         """The slot engine's part of the section."""
         return self.narrowed(RolloutConfig)
+
+
+def require_slots(stage: "RolloutStage", needed: int) -> None:
+    """ConfigError on `rollout.num_slots` unless it holds `needed` episodes at once."""
+    require(stage.num_slots >= needed, "rollout.num_slots",
+            f"{stage.num_slots} is too few for rollout.strategy={stage.strategy!r}: it needs at "
+            f"least {needed}")
+
+
+def check_stage(stage: "RolloutStage") -> None:
+    """The configured strategy's own constraints on the section (its `check_stage`, if any)."""
+    check = getattr(STRATEGIES.part(stage.strategy).build, "check_stage", None)
+    if check is not None:
+        check(stage.part_settings(stage.strategy), stage)
 
 
 def build_strategy(stage: RolloutStage, model_config: ModelConfig, tokenizer: Tokenizer,

@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxtree.config import Section, option, positive
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 PAPER_CONTINUATIONS = 100   # VPR §3.1: "100 light-weight Monte Carlo rollouts"
@@ -110,10 +110,9 @@ class McValues:
     ('mc_process',))."""
 
     @staticmethod
-    def min_slots(settings: McValuesConfig, stage) -> int:
-        """Slots for every episode of a step plus one state's continuations (checked at
-        launch)."""
-        return stage.groups_per_step * stage.group_size + settings.continuations
+    def check_stage(settings: McValuesConfig, stage) -> None:
+        """Slots for every episode of a step plus one state's continuations."""
+        require_slots(stage, stage.groups_per_step * stage.group_size + settings.continuations)
 
     def __init__(self, settings: McValuesConfig, context: RolloutContext):
         self.settings = settings

@@ -50,7 +50,7 @@ import numpy as np
 from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.scorers import SCORERS
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
 from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
 
 # PATR §5.1 Implementation Details (FrozenLake).
@@ -218,9 +218,9 @@ class Patr:
     `selection='random'`; branches fork on device (copied cache rows, cloned environment)."""
 
     @staticmethod
-    def min_slots(settings: PatrConfig, stage) -> int:
-        """Slots to start every task's B0 branches at once (checked at launch)."""
-        return settings.initial_branches * stage.groups_per_step
+    def check_stage(settings: PatrConfig, stage) -> None:
+        """Slots to start every task's B0 branches at once."""
+        require_slots(stage, settings.initial_branches * stage.groups_per_step)
 
     def __init__(self, settings: PatrConfig, context: RolloutContext):
         self.settings = settings

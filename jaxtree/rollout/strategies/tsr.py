@@ -40,7 +40,7 @@ import jax
 
 from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 # TSR §4.2 (N = 28 -> L = 16, M = 4, B = 2, D = 2).
@@ -111,12 +111,16 @@ def sample_best_of_n(engine: SlotEngine, params, rng: jax.Array, task_ids: Seque
     return engine.collect(), {"tsr/candidates": float(candidates * len(task_ids))}
 
 
-def _score(engine: SlotEngine, episode_id: int, ranking: str) -> float:
-    turns = engine.episodes[episode_id].turns
+def _ranked_score(turns, ranking: str) -> float:
+    """The turns' scores summed ("accumulated") or the newest one ("last"); 0 for no turns."""
     if not turns:
         return 0.0
     return float(sum(t.turn_score for t in turns) if ranking == "accumulated"
                  else turns[-1].turn_score)
+
+
+def _score(engine: SlotEngine, episode_id: int, ranking: str) -> float:
+    return _ranked_score(engine.episodes[episode_id].turns, ranking)
 
 
 def _remove(engine: SlotEngine, episode_id: int) -> None:
@@ -218,8 +222,7 @@ def _look_ahead(engine: SlotEngine, candidates: dict[int, list[int]], settings: 
     for copy, candidate in copy_of.items():
         turns = engine.episodes[copy].turns[start[copy]:]
         counts["lookahead_turns"] += len(turns)
-        scores[candidate] = float(sum(t.turn_score for t in turns) if settings.ranking ==
-                                  "accumulated" else (turns[-1].turn_score if turns else 0.0))
+        scores[candidate] = _ranked_score(turns, settings.ranking)
         _remove(engine, copy)
     return scores
 
@@ -229,11 +232,10 @@ class BestOfN:
     """TSR best-of-N: N complete episodes per task, the group_size best by return kept."""
 
     @staticmethod
-    def min_slots(settings: BestOfNConfig, stage) -> int:
-        """One slot is enough (episodes queue); checks N >= group_size at launch."""
+    def check_stage(settings: BestOfNConfig, stage) -> None:
+        """N must cover the group (episodes queue, so any number of slots will do)."""
         require(settings.candidates >= stage.group_size, "rollout.best_of_n.candidates",
                 f"{settings.candidates} is below rollout.group_size={stage.group_size}")
-        return 1
 
     def __init__(self, settings: BestOfNConfig, context: RolloutContext):
         self.settings = settings
@@ -256,13 +258,13 @@ class _Search:
                                  context.rollout)
 
     @staticmethod
-    def min_slots(settings: BeamConfig, stage) -> int:
-        """Every search's candidates at once, plus a lookahead copy of each."""
+    def check_stage(settings: BeamConfig, stage) -> None:
+        """Slots for every search's candidates at once, plus a lookahead copy of each."""
         if settings.per_group == "searches":
             live = stage.group_size * settings.beams * settings.branching
         else:
             live = max(settings.beams, stage.group_size) * settings.branching
-        return stage.groups_per_step * live * (2 if settings.depth else 1)
+        require_slots(stage, stage.groups_per_step * live * (2 if settings.depth else 1))
 
     def sample(self, params, rng, tasks, step):
         del step

@@ -22,7 +22,7 @@ Layout of an output directory:
     <out>/results.md, results.json, curves_<metric>.png
 """
 
-from jaxtree.train.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid
+from jaxtree.train.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid, sibling_grid
 from jaxtree.train.compare.job import run_compare
 from jaxtree.train.compare.plan import WARM_START_FIELDS, Run, WarmStart, plan_runs, \
     render_value, warm_start_key, warm_start_overrides

@@ -97,6 +97,15 @@ def import_file(path: str, module_name: str) -> ModuleType:
     return module
 
 
+def sibling_grid(grid_file: str, name: str) -> dict:
+    """`get_grid()` of <name>.py next to `grid_file`, so a grid can be another one on a different
+    config (the same variants on another environment) wherever the grids directory lives."""
+    path = os.path.join(os.path.dirname(os.path.abspath(grid_file)), f"{name}.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no grid file {path}")
+    return import_file(path, f"_jaxtree_grid_{name}").get_grid()
+
+
 def flatten_overrides(overrides: Mapping | None, where: str, prefix: str = "") -> dict[str, Any]:
     """{"train": {"steps": 5}, "loss.kl_coef": 0} -> {"train.steps": 5, "loss.kl_coef": 0}."""
     if overrides is None:

@@ -473,3 +473,55 @@ def test_subprocess_runner_tees_output_and_returns_the_exit_code(tmp_path):
     log = (tmp_path / "w" / "log.txt").read_text()
     assert "hello" in log and log.rstrip().endswith("=== exit code 3")
     assert compare.log_tail(str(tmp_path / "w" / "log.txt"), 2) == ["hello", "=== exit code 3"]
+
+
+def test_artifacts_are_built_once_before_the_runs_that_name_them(tmp_path):
+    """A grid artifact (a job's output, e.g. a trained PRM) is built under <out>/artifacts/<name>
+    before the first run whose overrides name it, once; `{artifact:NAME}` becomes its directory;
+    a failed artifact fails only the runs that need it; an unknown name is refused up front."""
+    judge = "{artifact:judge}/policy"
+    variants = {"a": {}, "j": {"rollout.strategy": "patr", "rollout.num_slots": 32,
+                               "rollout.patr.scorer": "judge", "rollout.patr.judge.model": judge}}
+    artifacts = {"judge": {"job": "launch.sft", "config": "exp.py",
+                           "overrides": {"sft.steps": 3}}}
+    grid = make_grid(tmp_path, variants, name="art", seeds=(0,), artifacts=artifacts)
+    out = tmp_path / "out"
+    runner = FakeRunner()
+    rc, text, _ = run(grid, out, runner)
+    assert rc == 0, text
+    where = str(out / "artifacts" / "judge")
+    assert [c[:2] for c in runner.calls] == [("launch.sft", "warm_starts"),
+                                             ("launch.train", "a"),
+                                             ("launch.sft", "artifacts"),
+                                             ("launch.train", "j")]
+    record = json.loads((out / "runs" / "j" / "seed_0" / "run.json").read_text())
+    assert f"--config.rollout.patr.judge.model={where}/policy" in record["command"]
+    built = json.loads((out / "artifacts" / "judge" / "artifact.json").read_text())
+    assert built["complete"] and "--config.sft.steps=3" in built["command"]
+    runner = FakeRunner()
+    assert run(grid, out, runner)[0] == 0 and runner.calls == []       # nothing rebuilt
+    # a failed artifact: its runs are not started, the others run
+    failing = make_grid(tmp_path, variants, name="art2", seeds=(0,), artifacts=artifacts)
+    runner = FakeRunner(fail={"warm_start"})
+    rc, text, _ = run(failing, tmp_path / "out2", runner, only=["j"])
+    assert rc == 1 and "FAILED run variant=j seed=0: not started: artifact judge failed" in text
+    bad = make_grid(tmp_path, {"j": {**variants["j"], "rollout.patr.judge.model": "{artifact:x}"}},
+                    name="art3", seeds=(0,), artifacts=artifacts)
+    rc, _, err = run(bad, tmp_path / "out3")
+    assert rc == 2 and "names artifact 'x'; the grid's artifacts are ['judge']" in err
+
+
+def test_warm_start_placeholder_names_the_runs_warm_start(tmp_path):
+    """`{warm_start}` in an override is the run's warm-start directory (the warm-start policy as
+    PATR's judge); a run without a warm start that names it is refused."""
+    judge = {"rollout.strategy": "patr", "rollout.num_slots": 32, "rollout.patr.scorer": "judge",
+             "rollout.patr.judge.model": "{warm_start}"}
+    grid = make_grid(tmp_path, {"j": judge}, name="ws", seeds=(0,))
+    out = tmp_path / "out"
+    assert run(grid, out)[0] == 0
+    record = json.loads((out / "runs" / "j" / "seed_0" / "run.json").read_text())
+    target = os.path.realpath(out / "runs" / "j" / "seed_0" / "sft")
+    assert f"--config.rollout.patr.judge.model={target}" in record["command"]
+    bad = make_grid(tmp_path, {"j": {**judge, "train.init": "model"}}, name="ws2", seeds=(0,))
+    rc, _, err = run(bad, tmp_path / "out2")
+    assert rc == 2 and "names {warm_start} but the run has no warm start" in err

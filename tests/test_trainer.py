@@ -127,7 +127,11 @@ def test_every_experiment_config_validates():
     for name in names:
         config = config_flags.config_flags._LoadConfigModule(
             name, os.path.join(ROOT, "configs", name)).get_config()
-        exp = Experiment.from_config(config)
+        if "prm" in config:   # launch.train_prm's config: the experiment and its `prm` section
+            from jaxtree.train.prm_training import read_config
+            exp, _ = read_config(config)
+        else:
+            exp = Experiment.from_config(config)
         jobs.check_experiment(exp)
         if name.endswith("_dapo.py"):
             assert exp.filter.name == "dynamic_sampling"

@@ -35,6 +35,23 @@ def forward(config: ModelConfig, params: dict, tokens: jax.Array) -> jax.Array:
     return logits
 
 
+@functools.partial(jax.jit, static_argnames=("config",))
+def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array) -> jax.Array:
+    """The full causal forward's hidden states after the final norm, for heads other than the
+    language-model one (a process reward model's score head).
+
+    Args:
+      config: the architecture.
+      params: the parameter pytree; the output projection (`lm_head`) may be absent.
+      tokens: int32[B, T], each row a sequence starting at position 0 (right padding is harmless).
+
+    Returns:
+      [B, T, D] in the compute dtype.
+    """
+    hidden, _ = Transformer(config).apply({"params": params}, tokens, return_hidden=True)
+    return hidden
+
+
 @functools.partial(jax.jit, static_argnames=("config", "last_only"), donate_argnames=("cache",))
 def extend_cache(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array,
                  chunk_lengths: jax.Array, last_only: bool = False):
@@ -58,4 +75,4 @@ def num_params(params) -> int:
     return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))
 
 
-__all__ = ["init_params", "forward", "extend_cache", "num_params", "KVCache"]
+__all__ = ["init_params", "forward", "hidden_states", "extend_cache", "num_params", "KVCache"]

@@ -248,7 +248,8 @@ class Transformer(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
-                 chunk_lengths: jax.Array | None = None, last_only: bool = False):
+                 chunk_lengths: jax.Array | None = None, last_only: bool = False,
+                 return_hidden: bool = False):
         """Runs the model on a chunk of tokens.
 
         Args:
@@ -260,9 +261,14 @@ class Transformer(nn.Module):
             padding); defaults to T. Only used with a cache: the new lengths are
             min(lengths + chunk_lengths, S).
           last_only: return only the logits of each row's last real token, [B, V].
+          return_hidden: return the hidden states after the final norm ([B, T, D] or [B, D], in
+            the compute dtype) instead of logits, for heads other than the language-model one
+            (a process reward model's score head); the output projection is then neither applied
+            nor needed in `params`.
 
         Returns:
-          (logits float32[B, T, V] or [B, V], new cache or None).
+          (logits float32[B, T, V] or [B, V] (hidden states with return_hidden), new cache or
+          None).
         """
         cfg = self.config
         batch, chunk = tokens.shape
@@ -294,14 +300,14 @@ class Transformer(nn.Module):
         if last_only:
             last = jnp.clip(chunk_lengths - 1, 0, chunk - 1)
             x = jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]  # [B, D]
-        if cfg.tie_word_embeddings:
-            logits = embed.attend(x)
-        else:
-            logits = _dense(cfg.vocab_size, False, cfg, "lm_head")(x)
-        logits = logits.astype(jnp.float32)
-
         new_cache = None
         if cache is not None:
             lengths = jnp.minimum(cache.lengths + chunk_lengths, cache.capacity)
             new_cache = KVCache(tuple(new_keys), tuple(new_values), lengths)
-        return logits, new_cache
+        if return_hidden:
+            return x, new_cache
+        if cfg.tie_word_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = _dense(cfg.vocab_size, False, cfg, "lm_head")(x)
+        return logits.astype(jnp.float32), new_cache

@@ -76,6 +76,8 @@ class SlotEpisode(Episode):
     slot: int | None = None          # its row while live
     length: int = 0                  # tokens in the slot so far
     pending: list[int] = dataclasses.field(default_factory=list)  # tokens to append next turn
+    # float32[n]: the policy's log-probs of the last action's tokens (temperature 1).
+    action_logprobs: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -287,7 +289,7 @@ class SlotEngine:
             self.params, self.state, jnp.asarray(chunk), jnp.asarray(chunk_lengths),
             jnp.asarray(turns), jnp.asarray(episode_ids), self.rng, jnp.asarray(budgets),
             self._stop_table(rows), self._eos)
-        tokens, num_generated, reasons = jax.device_get(out)
+        tokens, num_generated, reasons, logprobs = jax.device_get(out)
         self.stats.device_seconds += time.perf_counter() - start
         self.stats.turns += 1
         self.stats.slot_turns += rows
@@ -298,6 +300,7 @@ class SlotEngine:
             n = int(num_generated[e.slot])
             e.length += len(e.pending) + n
             self.stats.generated_tokens += n
+            e.action_logprobs = logprobs[e.slot, :n]
             if self._after_action(e, tokens[e.slot, :n].tolist(), int(reasons[e.slot])):
                 finished.append(e)
         start = time.perf_counter()

@@ -16,6 +16,9 @@ expected first decimal digit d from a second row ending in `{"score": 0.` (renor
 ten digits). It is the mean of the score the judge would write (to one decimal), needs no
 parsing and cannot be malformed. The heuristic is the environment's `process_score`.
 
+The judge's chat (`judge_messages`) and the blend (`blend_with_heuristic`) are shared with the
+HTTP backend (`jaxtree.rollout.judge_http`), which asks a judge on an OpenAI-compatible server.
+
 Phase selection (App. B) looks at the recent actions: test runs or pass/fail words ->
 verification; file modifications -> editing; searches, file reads, tracebacks -> diagnosis; else
 the default prompt. The prompts are the paper's (App. B, Codes 1-5), with its SWE wording.
@@ -31,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtree.models import forward
+from jaxtree.models import Transformer
 from jaxtree.rollout.episode import Episode
 from jaxtree.sampling.sampler import bucket_length
 
@@ -111,11 +114,31 @@ def trajectory_text(episode: Episode, recent_turns: int) -> tuple[str, list[str]
     return "\n".join(lines), actions
 
 
+def judge_messages(episode: Episode, recent_turns: int) -> list[dict]:
+    """The judge's chat for one branch, [system, user] ({'role', 'content'} dicts): PATR's
+    system prompt and the phase prompt filled with the task and the recent trajectory. Both
+    backends send it (the in-process judge adds the assistant's answer prefix)."""
+    trajectory, actions = trajectory_text(episode, recent_turns)
+    user = PROMPTS[phase_of(actions)].format(task=episode.env.instructions(),
+                                             trajectory=trajectory)
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def blend_with_heuristic(weight: float, judge_scores, episodes: Sequence[Episode]) -> np.ndarray:
+    """PATR Eq. 8 for each branch: weight * s_judge + (1 - weight) * the environment's
+    `process_score()` (float64[n]; judge_scores: float[n] in [0, 1])."""
+    heuristic = np.asarray([e.env.process_score() for e in episodes], np.float64)
+    return weight * np.asarray(judge_scores, np.float64) + (1 - weight) * heuristic
+
+
 @functools.partial(jax.jit, static_argnames=("config",))
 def _answer_logits(config, params, tokens, lengths):
-    """float32[B, V] logits after each row's last token (right-padded rows)."""
-    logits = forward(config, params, tokens)
-    return logits[jnp.arange(tokens.shape[0]), lengths - 1]
+    """float32[B, V] logits after each row's last token (right-padded rows). Only those rows go
+    through the output projection: a full [B, T, V] would not fit for a real vocabulary (a
+    49k-token judge over 128 rows of 288 tokens needs 7 GB of logits)."""
+    logits, _ = Transformer(config).apply({"params": params}, tokens, chunk_lengths=lengths,
+                                          last_only=True)
+    return logits
 
 
 class JudgeScorer:
@@ -138,12 +161,8 @@ class JudgeScorer:
 
     def prompt_tokens(self, episode: Episode) -> list[int]:
         """The judge's chat for one branch, ending inside its answer after `{"score": `."""
-        trajectory, actions = trajectory_text(episode, self.recent_turns)
-        task = episode.env.instructions()
-        user = PROMPTS[phase_of(actions)].format(task=task, trajectory=trajectory)
         tok = self.policy.tokenizer
-        head = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
-                                        {"role": "user", "content": user}])
+        head = tok.apply_chat_template(judge_messages(episode, self.recent_turns))
         answer = tok.encode(ANSWER_PREFIX)
         keep = self.max_prompt_tokens - len(answer) - 2
         # Long trajectories keep the chat's start (system prompt and task) and its end.
@@ -179,5 +198,4 @@ class JudgeScorer:
         return np.clip(first[:, 1] + first[:, 0] * expected_tenths, 0.0, 1.0)
 
     def __call__(self, episodes: Sequence[Episode]) -> np.ndarray:
-        heuristic = np.asarray([e.env.process_score() for e in episodes], np.float64)
-        return self.weight * self.judge_scores(episodes) + (1 - self.weight) * heuristic
+        return blend_with_heuristic(self.weight, self.judge_scores(episodes), episodes)

@@ -12,8 +12,11 @@ budget; they never enter the reward.
 
 Registered: `heuristic`, the environment's own `process_score()` (PATR's FrozenLake progress
 heuristic: accumulated step rewards and the shortest-path distance to the goal, holes blocked);
-`judge`, PATR's LLM judge run in process by a jaxtree policy and blended with the heuristic
-(Eq. 8; `jaxtree.rollout.judge`).
+`judge`, PATR's LLM judge blended with the heuristic (Eq. 8), run in process by a jaxtree policy
+(`jaxtree.rollout.judge`) or asked on an OpenAI-compatible server (`backend='http'`, e.g.
+`launch.serve`; failures fall back to a fixed score and are counted,
+`jaxtree.rollout.judge_http`); `prm`, PATR-PRM: a process reward model's step scores of the
+recent steps, aggregated by Eq. 7 (`jaxtree.rollout.prm`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxtree.config import Registry, Section, between, option, positive
+from jaxtree.config import Check, Registry, Section, between, one_of, option, positive, require
 from jaxtree.rollout.episode import Episode
 
 SCORERS = Registry("process scorer")
@@ -67,19 +70,105 @@ class JudgeConfig(Section):
     recent_turns: int = option(10, "turns of the partial trajectory shown to the judge (PATR: "
                                "recent context)", check=between(0))
     max_prompt_tokens: int = option(1024, "longest judge prompt; longer ones keep their start "
-                                    "and end", check=positive())
+                                    "and end (backend 'local')", check=positive())
+    backend: str = option("local", "'local': the judge runs in process; 'http': it is asked "
+                          "on an OpenAI-compatible server at `url`",
+                          check=one_of(("local", "http")))
+    url: str = option("", "base URL of the judge's server (backend 'http'), e.g. "
+                      "http://127.0.0.1:8000/v1",
+                      check=Check(lambda v: v == "" or v.startswith(("http://", "https://")),
+                                  "'' or an http:// or https:// URL"))
+    served_model: str = option("", "the `model` field of the judge's requests ('' = `model`)")
+    timeout_s: float = option(30.0, "seconds each connect and read of a judge request may take",
+                              check=positive())
+    retries: int = option(1, "extra attempts after a timeout, a connection failure or an HTTP "
+                          "5xx", check=between(0, 10))
+    fallback_score: float = option(0.5, "judge score of a branch without a valid answer "
+                                   "(blended with the heuristic like an answer)",
+                                   check=between(0, 1))
+    max_tokens: int = option(16, "token budget of the judge's answer (backend 'http')",
+                             check=positive())
+    concurrency: int = option(8, "judge requests in flight at once (backend 'http')",
+                              check=positive())
+
+    def check(self):
+        super().check()
+        require(self.backend != "http" or bool(self.url), "url",
+                "'' with backend='http': give the judge server's base URL, e.g. "
+                "http://127.0.0.1:8000/v1")
 
 
 @SCORERS.register("judge", JudgeConfig)
 def judge(settings: JudgeConfig) -> Scorer:
-    """PATR's LLM judge in process: a jaxtree policy's {"score": x} read from its digit
-    probabilities, blended with the environment's heuristic (Eq. 8)."""
-    from jaxtree.policy import load_policy
-    from jaxtree.rollout.judge import JudgeScorer
-    scorer = JudgeScorer(load_policy(settings.model), settings.weight, settings.recent_turns,
-                         settings.max_prompt_tokens)
+    """PATR's LLM judge, blended with the environment's heuristic (Eq. 8): in process (a
+    jaxtree policy's {"score": x} read from its digit probabilities) or on an OpenAI-compatible
+    server (backend 'http'; a failed request gets `fallback_score`, never an error).
+
+    The returned scorer's `metrics()` gives the HTTP backend's counts since its previous call
+    (`judge_http.HttpJudge.metrics`); the in-process judge has none ({})."""
+    if settings.backend == "http":
+        from jaxtree.rollout.judge_http import HttpJudge
+        scorer = HttpJudge(settings.url, settings.served_model or settings.model,
+                           settings.weight, settings.recent_turns, settings.timeout_s,
+                           settings.retries, settings.fallback_score, settings.max_tokens,
+                           settings.concurrency)
+        metrics = scorer.metrics
+    else:
+        from jaxtree.policy import load_policy
+        from jaxtree.rollout.judge import JudgeScorer
+        scorer = JudgeScorer(load_policy(settings.model), settings.weight,
+                             settings.recent_turns, settings.max_prompt_tokens)
+        metrics = dict
 
     def score(episodes: Sequence[Episode]) -> np.ndarray:
         return checked_scores(scorer(episodes), len(episodes), "judge")
     score.judge = scorer
+    score.metrics = metrics
+    return score
+
+
+def _prm_aggregations() -> tuple[str, ...]:
+    from jaxtree.rollout.prm import AGGREGATIONS  # read at check time: the config stays light
+    return AGGREGATIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class PrmConfig(Section):
+    """Settings of the `prm` scorer (`rollout.patr.prm`)."""
+
+    model: str = option("", "the PRM: a directory with config.json, safetensors weights with a "
+                        "linear score head and a tokenizer (launch.train_prm's <workdir>/prm, "
+                        "or a token-classification / Skywork-PRM checkpoint)")
+    aggregation: str = option("last", "f_agg of PATR Eq. 7 over the step scores: 'last' (the "
+                              "paper's), 'mean', 'max', 'min' or 'last_mean'",
+                              check=one_of(_prm_aggregations))
+    last_weight: float = option(0.5, "w of 'last_mean': w x last step + (1 - w) x mean",
+                                check=between(0, 1))
+    recent_steps: int = option(10, "most recent steps serialized for the PRM (PATR App. A: 10)",
+                               check=positive())
+    max_tokens: int = option(1024, "longest PRM input; longer ones drop their oldest steps "
+                             "first", check=between(16))
+
+
+@SCORERS.register("prm", PrmConfig)
+def prm(settings: PrmConfig) -> Scorer:
+    """PATR-PRM (§4.2, Eq. 7): a process reward model scores each of the recent steps at its
+    boundary; the branch score aggregates them (`jaxtree.rollout.prm`)."""
+    from jaxtree.config import ConfigError
+    from jaxtree.rollout.prm import PrmScorer
+    from jaxtree.rollout.prm_io import load_prm
+    field = "rollout.patr.prm.model"
+    if not settings.model:
+        raise ConfigError(field, "'' names no PRM: give a PRM directory (e.g. "
+                          "launch.train_prm's <workdir>/prm)")
+    try:
+        model = load_prm(settings.model)
+    except (OSError, ValueError) as e:  # CheckpointError is a ValueError
+        raise ConfigError(field, f"{settings.model!r} is not a usable PRM: {e}") from None
+    scorer = PrmScorer(model, settings.aggregation, settings.last_weight, settings.recent_steps,
+                       settings.max_tokens)
+
+    def score(episodes: Sequence[Episode]) -> np.ndarray:
+        return checked_scores(scorer(episodes), len(episodes), "prm")
+    score.prm = scorer
     return score

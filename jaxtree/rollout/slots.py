@@ -139,17 +139,20 @@ def prefill_slots(config: ModelConfig, params, state: SlotState, slots: jax.Arra
 
 
 class TurnOutput(NamedTuple):
-    """What the host needs after a turn: the action tokens to detokenize.
+    """What the host needs after a turn: the action tokens to detokenize, and their log-probs
+    for controllers that read the policy's uncertainty (ARPO's branching rule).
 
     Attributes:
       tokens: int32[R, N] generated tokens (stop token included), pad after each row's end.
       num_generated: int32[R].
       finish_reason: int32[R] (see jaxtree.sampling.FINISH_REASONS).
+      logprobs: float32[R, N] log p(token) under the policy at temperature 1; 0 after the end.
     """
 
     tokens: jax.Array
     num_generated: jax.Array
     finish_reason: jax.Array
+    logprobs: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("config", "sampling", "max_action_tokens", "pad_id",
@@ -189,7 +192,8 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     turn_index = _write_rows(turn_index, jnp.broadcast_to(turn[:, None], out.tokens.shape),
                              action_offsets, n)
     head = SlotState(cache, tokens, action_mask, logprobs, turn_index)
-    return _put_head(state, head), TurnOutput(out.tokens, n, out.finish_reason)
+    return _put_head(state, head), TurnOutput(out.tokens, n, out.finish_reason,
+                                          out.policy_logprobs)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))

@@ -1,10 +1,11 @@
 """Registered rollout strategies (`config.rollout.strategy`): independent, latr, mc_values (MC-PR),
-patr (PATR and Tree-Random), best_of_n, beam and lookahead (TSR).
+patr (PATR and Tree-Random), arpo (ARPO-style entropy branching), best_of_n, beam and lookahead
+(TSR).
 
 Importing this package registers the built-in strategies; see `base` for the protocol.
 """
 
-from jaxtree.rollout.strategies import independent, latr, mc_values, patr, tsr  # noqa: F401
+from jaxtree.rollout.strategies import arpo, independent, latr, mc_values, patr, tsr  # noqa: F401
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, RolloutStage,
                                              RolloutStrategy, build_strategy, check_stage,
                                              require_slots)

@@ -27,6 +27,7 @@ import dataclasses
 from typing import Any, Callable, Protocol, Sequence
 
 import jax
+import numpy as np
 
 from environments.base import TextEnv
 from jaxtree.config import Registry, one_of, option, positive, require
@@ -80,6 +81,26 @@ def require_slots(stage: "RolloutStage", needed: int) -> None:
     require(stage.num_slots >= needed, "rollout.num_slots",
             f"{stage.num_slots} is too few for rollout.strategy={stage.strategy!r}: it needs at "
             f"least {needed}")
+
+
+def start_trees(engine, params, rng: jax.Array, task_ids: Sequence[int], roots: int
+                ) -> tuple[np.random.Generator, dict[int, int]]:
+    """Starts a tree controller's session: `roots` episodes of every task (group g = task_ids[g])
+    queued and started. Returns (a numpy generator seeded by `rng` for the controller's own
+    draws, {group: episodes started}). ValueError if the slots cannot hold every root."""
+    if engine.rollout.num_slots < roots * len(task_ids):
+        raise ValueError(f"rollout.num_slots={engine.rollout.num_slots} cannot start {roots} "
+                         f"branches for each of {len(task_ids)} tasks (needs "
+                         f"{roots * len(task_ids)})")
+    engine.begin(params, rng)
+    draws = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
+    started = {}
+    for group, task in enumerate(task_ids):
+        for _ in range(roots):
+            engine.add_episode(task, group_id=group)
+        started[group] = roots
+    engine.start_queued()
+    return draws, started
 
 
 def check_stage(stage: "RolloutStage") -> None:

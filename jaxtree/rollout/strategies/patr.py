@@ -50,7 +50,8 @@ import numpy as np
 from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.scorers import SCORERS
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
+from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
+                                             start_trees)
 from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
 
 # PATR §5.1 Implementation Details (FrozenLake).
@@ -150,19 +151,8 @@ def sample_patr(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[i
     Returns:
       (the groups' finished branches ordered by episode id, metrics under `patr/`).
     """
-    b0 = settings.initial_branches
-    if engine.rollout.num_slots < b0 * len(task_ids):
-        raise ValueError(f"rollout.num_slots={engine.rollout.num_slots} cannot start "
-                         f"{b0} branches for each of {len(task_ids)} tasks (needs "
-                         f"{b0 * len(task_ids)})")
-    engine.begin(params, rng)
-    choice_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
-    branches = defaultdict(int)              # group -> branches in its tree
-    for group, task in enumerate(task_ids):
-        for _ in range(b0):
-            engine.add_episode(task, group_id=group)
-        branches[group] = b0
-    engine.start_queued()
+    choice_rng, branches = start_trees(engine, params, rng, task_ids, settings.initial_branches)
+    branches = defaultdict(int, branches)    # group -> branches in its tree
     counts = defaultdict(float)
     while engine.has_work:
         engine.play_turn()
@@ -232,4 +222,10 @@ class Patr:
                step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
         del step
         batch, metrics = sample_patr(self.engine, params, rng, tasks, self.settings, self.scorer)
+        # A scorer with its own counts (the HTTP judge's requests, failures and fallbacks since
+        # the previous step) reports them with the tree's metrics.
+        scorer_metrics = getattr(self.scorer, "metrics", None)
+        scorer_counts = scorer_metrics() if scorer_metrics is not None else {}
+        metrics.update({f"patr/judge_{name}": float(count)
+                        for name, count in scorer_counts.items()})
         return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}

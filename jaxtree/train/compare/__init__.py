@@ -19,12 +19,15 @@ Layout of an output directory:
         log.txt                           its stdout and stderr (appended on every attempt)
         sft -> ../../../warm_starts/<key>  the shared warm start (train.init == 'sft')
     <out>/warm_starts/<key>/              launch.sft's workdir, plus warm_start.json and log.txt
+    <out>/artifacts/<name>/               an artifact job's workdir (e.g. launch.train_prm), plus
+                                          artifact.json and log.txt; `{artifact:<name>}` in an
+                                          override is this directory
     <out>/results.md, results.json, curves_<metric>.png
 """
 
 from jaxtree.train.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid, sibling_grid
 from jaxtree.train.compare.job import run_compare
-from jaxtree.train.compare.plan import WARM_START_FIELDS, Run, WarmStart, plan_runs, \
+from jaxtree.train.compare.plan import WARM_START_FIELDS, Artifact, Run, WarmStart, plan_runs, \
     render_value, warm_start_key, warm_start_overrides
 from jaxtree.train.compare.results import Interval, aggregate, markdown_table, mean_ci, \
     t_quantile, write_results
@@ -32,7 +35,7 @@ from jaxtree.train.compare.runner import Runner, SubprocessRunner, log_tail
 from jaxtree.train.compare.runs import Failure, check_recorded, execute
 
 __all__ = [
-    "DEFAULT_METRICS", "WARM_START_FIELDS", "Failure", "Grid", "GridError", "Interval", "Run",
+    "DEFAULT_METRICS", "WARM_START_FIELDS", "Artifact", "Failure", "Grid", "GridError", "Interval", "Run",
     "Runner", "SubprocessRunner", "WarmStart", "aggregate", "check_recorded", "execute",
     "load_grid", "log_tail", "markdown_table", "mean_ci", "plan_runs", "render_value",
     "run_compare", "t_quantile", "warm_start_key", "warm_start_overrides", "write_results",

@@ -24,7 +24,12 @@ DEFAULT_METRICS = ("eval/success_rate", "eval/pass@1")
 DEFAULT_SEED_FIELD = "train.seed"
 
 GRID_KEYS = ("config", "variants", "seeds", "seed_field", "overrides", "metrics", "title",
-             "lower_is_better", "warm_start")
+             "lower_is_better", "warm_start", "artifacts")
+ARTIFACT_KEYS = ("job", "config", "overrides")
+# `{artifact:NAME}` in an override's string value: the artifact's directory under <out>.
+ARTIFACT_REFERENCE = re.compile(r"\{artifact:([^{}]*)\}")
+# `{warm_start}` in an override's string value: the run's warm-start directory.
+WARM_START_REFERENCE = "{warm_start}"
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
 _FIELD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -32,6 +37,15 @@ _FIELD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 class GridError(ValueError):
     """Bad input (a grid file, a flag) or a refusal; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactSpec:
+    """A grid's `artifacts` entry: `python -m <job> --config=<config> --workdir=DIR
+    --config.<override>=...` (a job of launch/, e.g. launch.train_prm), built once per <out>."""
+    job: str
+    config: str
+    overrides: dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -51,6 +65,7 @@ class Grid:
     # that do not change the demonstrations (a verifier's search budget); None: each run's
     # warm start follows its own env/model/sft overrides.
     warm_start: dict[str, Any] | None = None
+    artifacts: dict[str, ArtifactSpec] = dataclasses.field(default_factory=dict)
     experiment_config: Any = dataclasses.field(default=None, repr=False, compare=False)
     _experiments: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -166,12 +181,12 @@ def _get_grid(path: str) -> Mapping:
     return raw
 
 
-def _config_path(raw: Mapping, path: str) -> str:
-    """The grid's `config`, a relative one resolved in the grid file's parent's parent
-    (configs/grids/x.py -> configs/)."""
+def _config_path(raw: Mapping, path: str, where: str = "") -> str:
+    """The grid's `config` (or an artifact's: `where`), a relative one resolved in the grid
+    file's parent's parent (configs/grids/x.py -> configs/)."""
     config = raw.get("config")
     if not isinstance(config, str) or not config:
-        raise GridError(f"grid {path}: 'config' (the experiment config file) is required")
+        raise GridError(f"grid {path}: {where}'config' (the experiment config file) is required")
     base = os.path.dirname(os.path.dirname(path))
     config_path = os.path.normpath(config if os.path.isabs(config) else os.path.join(base, config))
     if not os.path.isfile(config_path):
@@ -192,6 +207,42 @@ def _experiment_config(config_path: str, path: str) -> Any:
         raise GridError(f"grid {path}: get_config() of {config_path} returned a "
                         f"{type(config).__name__}, not a config")
     return config
+
+
+def _artifacts(raw: Mapping, path: str) -> dict[str, ArtifactSpec]:
+    """The grid's `artifacts`: name -> {"job": "launch.<module>", "config": ..., "overrides"}."""
+    artifacts = raw.get("artifacts") or {}
+    if not isinstance(artifacts, Mapping):
+        raise GridError(f"grid {path}: 'artifacts' must be a dict name -> "
+                        f"{{'job', 'config', 'overrides'}}")
+    specs = {}
+    for name, spec in artifacts.items():
+        where = f"artifact {name!r}: "
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_]+$", name):
+            raise GridError(f"grid {path}: artifact name {name!r} must be letters, digits and _")
+        if not isinstance(spec, Mapping) or set(spec) - set(ARTIFACT_KEYS):
+            raise GridError(f"grid {path}: {where}must be a dict with keys {list(ARTIFACT_KEYS)}")
+        job = spec.get("job")
+        if not (isinstance(job, str) and re.match(r"^launch\.\w+$", job) and os.path.isfile(
+                os.path.join(REPO_ROOT, *job.split(".")) + ".py")):
+            raise GridError(f"grid {path}: {where}job {job!r} is not a module of launch/ "
+                            f"(e.g. 'launch.train_prm')")
+        specs[name] = ArtifactSpec(job, _config_path(spec, path, where),
+                                   flatten_overrides(spec.get("overrides"), f"grid {path}: "
+                                                     f"{where}overrides"))
+    return specs
+
+
+def _check_artifact_references(variants: Mapping, overrides: Mapping,
+                               artifacts: Mapping, path: str) -> None:
+    """Every `{artifact:NAME}` names an artifact of the grid."""
+    for where, over in [("overrides", overrides)] + [(f"variant {v!r}", o)
+                                                      for v, o in variants.items()]:
+        for field, value in over.items():
+            for name in ARTIFACT_REFERENCE.findall(value) if isinstance(value, str) else ():
+                if name not in artifacts:
+                    raise GridError(f"grid {path}: {where}: {field} names artifact {name!r}; "
+                                    f"the grid's artifacts are {sorted(artifacts) or 'none'}")
 
 
 def _variants(raw: Mapping, path: str) -> dict[str, dict[str, Any]]:
@@ -246,8 +297,10 @@ def load_grid(path: str) -> Grid:
         lower_is_better=fields("lower_is_better", ()) if raw.get("lower_is_better") else (),
         warm_start=(flatten_overrides(raw["warm_start"], f"grid {path}: warm_start")
                     if raw.get("warm_start") is not None else None),
+        artifacts=_artifacts(raw, path),
         experiment_config=_experiment_config(config, path),
     )
+    _check_artifact_references(variants, overrides, grid.artifacts, path)
     for variant in variants:
         for seed in grid.seeds:
             grid.experiment(variant, grid.run_overrides(variant, seed))

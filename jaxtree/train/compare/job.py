@@ -30,15 +30,18 @@ def parse_seeds(values: Sequence[str] | None) -> tuple[int, ...] | None:
 
 
 def print_plan(todo: Sequence[Run], say: Callable[[str], None]) -> None:
-    """--dry_run: each run's state and, unless finished, its command (and its warm start's)."""
+    """--dry_run: each run's state and, unless finished, its command (and those of the warm start
+and artifacts it needs)."""
     shown = set()
     for run in todo:
         state = run_state(run)
-        ws = run.warm_start
-        if ws is not None and ws.key not in shown and state != "finished":
-            shown.add(ws.key)
+        needed = run.artifacts + ([run.warm_start] if run.warm_start is not None else [])
+        for ws in needed if state != "finished" else ():
+            if (ws.WHAT, ws.key) in shown:
+                continue
+            shown.add((ws.WHAT, ws.key))
             built = is_built(ws)
-            say(f"# warm start {ws.key}: {'built' if built else 'to build'}")
+            say(f"# {ws.WHAT} {ws.key}: {'built' if built else 'to build'}")
             if not built:
                 say(shlex.join(ws.argv))
         say(f"# {run.label}: {state}{' (skipped)' if state == 'finished' else ''}")

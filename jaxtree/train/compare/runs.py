@@ -19,7 +19,6 @@ from jaxtree.train.workdir import WorkdirError, WorkdirLock
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
 SUMMARY_FILE = "train_summary.json"          # written by launch.train
-WARM_START_FILE = "warm_start.json"
 
 
 def read_json(path: str) -> Any:
@@ -133,27 +132,28 @@ class Failure:
 
 
 def is_built(ws: WarmStart) -> bool:
-    return bool((read_json(os.path.join(ws.workdir, WARM_START_FILE)) or {}).get("complete"))
+    """Whether a warm start (or an artifact) was built to the end."""
+    return bool((read_json(os.path.join(ws.workdir, ws.FILE)) or {}).get("complete"))
 
 
 def ensure_warm_start(ws: WarmStart, runner: Runner, say: Callable[[str], None]) -> Failure | None:
-    """Builds the warm start unless an earlier invocation finished it."""
-    record = read_json(os.path.join(ws.workdir, WARM_START_FILE))
+    """Builds the warm start (or the artifact) unless an earlier invocation finished it."""
+    record = read_json(os.path.join(ws.workdir, ws.FILE))
     if isinstance(record, dict):
         if (record.get("config"), record.get("overrides")) != (display_path(ws.config),
                                                                jsonable(ws.overrides)):
-            raise GridError(f"warm start {ws.workdir} was built from other overrides "
+            raise GridError(f"{ws.WHAT} {ws.workdir} was built from other overrides "
                             f"({record.get('overrides')}); delete it")
         if record.get("complete"):
             return None
     os.makedirs(ws.workdir, exist_ok=True)
     log_path = os.path.join(ws.workdir, LOG_FILE)
-    write_json(os.path.join(ws.workdir, WARM_START_FILE), {**ws.record(), "complete": False})
-    say(f"warm start {ws.key}: {shlex.join(ws.argv)}")
+    write_json(os.path.join(ws.workdir, ws.FILE), {**ws.record(), "complete": False})
+    say(f"{ws.WHAT} {ws.key}: {shlex.join(ws.argv)}")
     rc = runner(list(ws.argv), ws.workdir, log_path)
     if rc != 0:
-        return Failure("warm start", ws.key, log_path, f"exit code {rc}", log_tail(log_path))
-    write_json(os.path.join(ws.workdir, WARM_START_FILE),
+        return Failure(ws.WHAT, ws.key, log_path, f"exit code {rc}", log_tail(log_path))
+    write_json(os.path.join(ws.workdir, ws.FILE),
                {**ws.record(), "complete": True, "finished": _timestamp()})
     return None
 
@@ -197,12 +197,15 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
             continue
         if stop_requested(runner):
             break
-        if run.warm_start is not None:
-            key = run.warm_start.key
+        needed = run.artifacts + ([run.warm_start] if run.warm_start is not None else [])
+        stopped = blocked = False
+        for ws in needed:
+            key = f"{ws.WHAT} {ws.key}"
             if key not in failed_warm:
-                failure = ensure_warm_start(run.warm_start, runner, say)
+                failure = ensure_warm_start(ws, runner, say)
                 if failure is not None and stop_requested(runner):
-                    say(f"warm start {key}: stopped by a signal; not starting further runs")
+                    say(f"{key}: stopped by a signal; not starting further runs")
+                    stopped = True
                     break
                 if failure is not None:
                     failed_warm[key] = failure
@@ -210,8 +213,13 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
                     say(failure.report())
             if key in failed_warm:
                 failures.append(Failure("run", run.label, failed_warm[key].log_path,
-                                        f"not started: warm start {key} failed", []))
-                continue
+                                        f"not started: {key} failed", []))
+                blocked = True
+                break
+        if stopped:
+            break
+        if blocked:
+            continue
         os.makedirs(run.workdir, exist_ok=True)
         if run.warm_start is not None:
             link_warm_start(run)

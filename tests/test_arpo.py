@@ -1,6 +1,6 @@
-"""ARPO-style entropy-guided branching (PATR's baseline): the branching draw, the whole rollout on a
-scripted policy against a plain-Python transcription of ARPO's rollout loop, and the tree the slot
-engine grows against the entropies it logged."""
+"""ARPO-style entropy-guided branching (PATR's baseline): the branching draw and the whole rollout
+on a scripted policy against a plain-Python transcription of ARPO's rollout loop (the tree the slot
+engine grows on the tiny model: tests/test_patr.py, which shares its engine)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import pytest
 import environments
 from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment, default_config, set_path
-from jaxtree.rollout import RolloutConfig, SlotEngine
 from jaxtree.rollout.strategies.arpo import ArpoConfig, fork_count, reply_entropy, sample_arpo
-from jaxtree.rollout.trajectory import NO_PARENT
 from jaxtree.tokenizers import ByteTokenizer
 from test_patr import MOVES, ScriptedEngine, scripted_move
 
@@ -128,55 +126,6 @@ def test_the_scripted_cases_fork_refill_and_refuse():
                         settings, VOCAB)[1] for task, slots in [(5, 12), (11, 5), (23, 8)]]
     for name in ("arpo/forks", "arpo/refills", "arpo/refused"):
         assert sum(m[name] for m in runs) > 0, name
-
-
-# ----------------------------------------------------------------------------- the slot engine
-
-
-def test_the_engine_tree_follows_the_policy_entropy(tiny):
-    """On the tiny model: each branching point's H is the surprisal of the first k tokens of the
-    action just sampled, as the batch records their behaviour log-probs; dH is against the
-    root's first action; every fork adds a child at that turn with its parent's history; each
-    group holds its budget N."""
-    config, params = tiny
-    engine = SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
-                        RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,
-                                      max_turns=6))
-    settings = ArpoConfig(initial_branches=3, max_branches=6, entropy_tokens=4,
-                          entropy_weight=0.5)
-    decisions = []
-    batch, metrics = sample_arpo(engine, params, jax.random.key(2), [5, 9], settings,
-                                 config.vocab_size, decisions)
-    rows = {int(e): i for i, e in enumerate(batch.episode_ids)}
-
-    def first_tokens_entropy(row, turn):
-        mask = batch.action_mask[row] & (batch.turn_index[row] == turn)
-        return -batch.behaviour_logprobs[row][mask][:4].astype(np.float64).sum() / math.log(
-            config.vocab_size)
-
-    def root_of(row):
-        while batch.parent_ids[row] != NO_PARENT:
-            row = rows[int(batch.parent_ids[row])]
-        return row
-
-    forked_at = {}
-    for d in decisions:
-        row = rows[d["episode"]]
-        assert d["entropy"] == pytest.approx(first_tokens_entropy(row, d["turn"] - 1), abs=1e-5)
-        assert d["delta"] == pytest.approx(d["entropy"] - first_tokens_entropy(root_of(row), 0),
-                                           abs=1e-5)
-        for child in d["children"]:
-            forked_at[child] = (d["episode"], d["turn"])
-    assert forked_at and metrics["arpo/forks"] == len(forked_at)
-    for i in range(len(batch)):
-        if batch.parent_ids[i] == NO_PARENT:
-            continue
-        parent, turn = forked_at[int(batch.episode_ids[i])]
-        assert (int(batch.parent_ids[i]), int(batch.fork_turns[i])) == (parent, turn)
-        np.testing.assert_array_equal(batch.action_signatures[i, :turn],
-                                      batch.action_signatures[rows[parent], :turn])
-    np.testing.assert_array_equal(np.bincount(batch.group_ids), [6, 6])
-    assert not engine.records and not engine.slots
 
 
 def test_bad_settings_fail_at_launch_naming_the_field():

@@ -3,6 +3,8 @@ transcription of the paper, and the tree the slot engine grows against the decis
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -155,6 +157,50 @@ def test_the_tree_follows_its_logged_decisions(tiny, engine, group):
     # the case exercises every path: accepted and refused expansions, both pruning rules
     assert metrics["patr/expanded"] == len(children_of) > 0 and metrics["patr/refused"] > 0
     assert metrics["patr/pruned_score"] > 0 and metrics["patr/pruned_repeat"] > 0
+    assert not engine.records and not engine.slots
+
+
+def test_arpo_engine_tree_follows_the_policy_entropy(tiny, engine):
+    """On the tiny model: each branching point's H is the surprisal of the first k tokens of the
+    action just sampled, as the batch records their behaviour log-probs; dH is against the
+    root's first action; every fork adds a child at that turn with its parent's history; each
+    group holds its budget N."""
+    from jaxtree.rollout.strategies.arpo import ArpoConfig, sample_arpo
+    config, params = tiny
+    settings = ArpoConfig(initial_branches=3, max_branches=6, entropy_tokens=4,
+                          entropy_weight=0.5)
+    decisions = []
+    batch, metrics = sample_arpo(engine, params, jax.random.key(2), [5, 9], settings,
+                                 config.vocab_size, decisions)
+    rows = {int(e): i for i, e in enumerate(batch.episode_ids)}
+
+    def first_tokens_entropy(row, turn):
+        mask = batch.action_mask[row] & (batch.turn_index[row] == turn)
+        return -batch.behaviour_logprobs[row][mask][:4].astype(np.float64).sum() / math.log(
+            config.vocab_size)
+
+    def root_of(row):
+        while batch.parent_ids[row] != NO_PARENT:
+            row = rows[int(batch.parent_ids[row])]
+        return row
+
+    forked_at = {}
+    for d in decisions:
+        row = rows[d["episode"]]
+        assert d["entropy"] == pytest.approx(first_tokens_entropy(row, d["turn"] - 1), abs=1e-5)
+        assert d["delta"] == pytest.approx(d["entropy"] - first_tokens_entropy(root_of(row), 0),
+                                           abs=1e-5)
+        for child in d["children"]:
+            forked_at[child] = (d["episode"], d["turn"])
+    assert forked_at and metrics["arpo/forks"] == len(forked_at)
+    for i in range(len(batch)):
+        if batch.parent_ids[i] == NO_PARENT:
+            continue
+        parent, turn = forked_at[int(batch.episode_ids[i])]
+        assert (int(batch.parent_ids[i]), int(batch.fork_turns[i])) == (parent, turn)
+        np.testing.assert_array_equal(batch.action_signatures[i, :turn],
+                                      batch.action_signatures[rows[parent], :turn])
+    np.testing.assert_array_equal(np.bincount(batch.group_ids), [6, 6])
     assert not engine.records and not engine.slots
 
 

@@ -50,7 +50,7 @@ import numpy as np
 from jaxtree.config import Section, between, non_negative, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             start_trees)
+                                             start_trees, tree_group_metrics)
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 # ARPO's released scripts (ARPO_7B_Reasoning_1node.sh and the deep-search ones).
@@ -166,10 +166,8 @@ def sample_arpo(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[i
                     counts["refills"] += 1
             engine.start_queued()
     batch = engine.collect()
-    sizes = np.bincount(batch.group_ids, minlength=len(task_ids)) if len(batch) else np.zeros(1)
     metrics = {
-        "arpo/branches": float(np.mean(list(budget_used.values()))),
-        "arpo/group_size_min": float(sizes.min()), "arpo/group_size_max": float(sizes.max()),
+        **tree_group_metrics("arpo", batch, budget_used, len(task_ids)),
         "arpo/branch_points": counts["points"], "arpo/forks": counts["forks"],
         "arpo/refills": counts["refills"], "arpo/refused": counts["refused"],
         "arpo/entropy": float(np.mean(entropies)) if entropies else 0.0,

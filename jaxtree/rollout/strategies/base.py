@@ -103,6 +103,16 @@ def start_trees(engine, params, rng: jax.Array, task_ids: Sequence[int], roots: 
     return draws, started
 
 
+def tree_group_metrics(prefix: str, batch: TrajectoryBatch, started: dict[int, int],
+                       num_groups: int) -> dict[str, float]:
+    """A tree controller's group shape: episodes started per task (`<prefix>/branches`, mean)
+    and the smallest and largest group the batch holds."""
+    sizes = np.bincount(batch.group_ids, minlength=num_groups) if len(batch) else np.zeros(1)
+    return {f"{prefix}/branches": float(np.mean(list(started.values()))),
+            f"{prefix}/group_size_min": float(sizes.min()),
+            f"{prefix}/group_size_max": float(sizes.max())}
+
+
 def check_stage(stage: "RolloutStage") -> None:
     """The configured strategy's own constraints on the section (its `check_stage`, if any)."""
     check = getattr(STRATEGIES.part(stage.strategy).build, "check_stage", None)

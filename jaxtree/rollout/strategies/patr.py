@@ -51,7 +51,7 @@ from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.scorers import SCORERS
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             start_trees)
+                                             start_trees, tree_group_metrics)
 from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
 
 # PATR §5.1 Implementation Details (FrozenLake).
@@ -191,10 +191,8 @@ def sample_patr(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[i
             if engine.records[episode_id].end_reason == PRUNED:
                 engine.discard(episode_id)
     batch = engine.collect()
-    sizes = np.bincount(batch.group_ids, minlength=len(task_ids)) if len(batch) else np.zeros(1)
     metrics = {
-        "patr/branches": float(np.mean(list(branches.values()))),
-        "patr/group_size_min": float(sizes.min()), "patr/group_size_max": float(sizes.max()),
+        **tree_group_metrics("patr", batch, branches, len(task_ids)),
         "patr/scoring_points": counts["points"], "patr/expanded": counts["expanded"],
         "patr/refused": counts["refused"], "patr/pruned_score": counts["score"],
         "patr/pruned_repeat": counts["repeat"],

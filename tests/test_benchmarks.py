@@ -76,12 +76,13 @@ def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, c
     assert {r["part"] for r in report["results"]} >= {"rtmc host: signature_ids",
                                                       "rtmc device: table advantages"}
     assert 0 < report["rtmc_total_seconds"] and 0 < report["update_step_seconds"]
-    mc_values.run("tiny", "frozen_lake", {"style": "compact"}, [2], groups=2, group_size=2,
+    # 2 x 2 episodes with 3 continuations each: the 16-slot engine of tests/test_rollout.py
+    mc_values.run("tiny", "frozen_lake", {"style": "compact"}, [3], groups=2, group_size=2,
                   context_length=256, max_action_tokens=6, repeats=1,
                   output=str(tmp_path / "mc.json"))
     (independent, forked) = json.loads((tmp_path / "mc.json").read_text())["results"]
     assert independent["continuation_steps"] == 0
     # m continuations from the state before each of the policy's actions
-    assert forked["continuation_steps"] >= 2 * forked["main_steps"]
+    assert forked["continuation_steps"] >= 3 * forked["main_steps"]
     out = capsys.readouterr().out
-    assert "| rtmc total (host + device)" in out and "| mc_values m=2" in out
+    assert "| rtmc total (host + device)" in out and "| mc_values m=3" in out

@@ -124,7 +124,7 @@ def test_finished_episodes_stop_consuming_decode_work(tiny):
 def test_fork_continues_from_the_parent_state(tiny):
     config, params = tiny
     engine = SlotEngine(config, TOK, frozen_lake(slippery=True), RolloutConfig(
-        num_slots=8, context_length=512, max_action_tokens=5, sampling=SAMPLING))
+        num_slots=8, context_length=256, max_action_tokens=6, sampling=SAMPLING))
     engine.begin(params, jax.random.key(2))
     parent = engine.add_episode(task_id=7)
     engine.play_turn()
@@ -165,7 +165,7 @@ def test_fork_continues_from_the_parent_state(tiny):
 def test_fork_needs_free_slots_and_a_live_parent(tiny):
     config, params = tiny
     engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=2, context_length=256, max_action_tokens=4, sampling=SAMPLING))
+        num_slots=2, context_length=256, max_action_tokens=6, sampling=SAMPLING))
     engine.begin(params, jax.random.key(3))
     a = engine.add_episode(0)
     engine.add_episode(1)
@@ -210,7 +210,7 @@ def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
     config, params = tiny
     make_env = frozen_lake(slippery=True)
     engine = SlotEngine(config, TOK, make_env, RolloutConfig(
-        num_slots=4, context_length=256, max_action_tokens=4, sampling=SAMPLING))
+        num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING))
     batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
     turns = (len(batch), int(batch.num_turns.max()))
     chex.assert_shape([batch.turn_rewards, batch.turn_valid, batch.turn_verified,

@@ -2,13 +2,14 @@
 
 Slots are a Python list; every branch asks the model for its next-token distribution with a full
 forward over prompt + branch tokens (no cache). Follows the same specification as
-`jaxtree.sampling.latr`: parents extend by argmax; candidates are the 2nd and 3rd most likely
-tokens passing Eq. 5; a group's candidates take free slots in descending probability (ties: lower
-slot, then higher-ranked candidate), lowest free slot first; at step l a child born at l - r is
-compared over its r tokens after the branch token with its parent's tokens there (each window cut
-after its EOS), normalized by the longer window (two empty windows: distance 1); pruning removes
-descendants; the tree phase ends once k_tree slots are alive and no child is younger than the
-largest window, or when every slot has finished.
+`jaxtree.sampling.latr`: parents extend by argmax; candidates are all other tokens passing Eq. 5
+(Alg. 1 line 11, searched over the whole vocabulary); a group's candidates take free slots in
+descending probability (ties: lower slot, then higher-ranked candidate), lowest free slot first;
+at step l a child born at l - r is compared over its r tokens after the branch token with its
+parent's tokens there (each window cut after its EOS), normalized by the longer window (two empty
+windows: distance 1); pruning removes descendants; the tree phase ends once k_tree slots are
+alive and no child is younger than the largest window, or when every slot has finished (nothing
+of the tree changes after that).
 """
 
 import numpy as np
@@ -33,6 +34,31 @@ def _window(tokens, start, width, eos_ids):
     return out
 
 
+def eq5_candidates(p, tau_abs, tau_rel):
+    """Alg. 1 lines 8 and 11 on one distribution p (np.ndarray[V]): (c*, candidates), where
+    candidates lists (rank, token) for every c != c* with p[c] > tau_abs and
+    p[c*] - p[c] < tau_rel, in descending p (ties: lower token first; rank 1 is the token ranked
+    right after c*)."""
+    order = np.argsort(-p, kind="stable")
+    top = int(order[0])
+    return top, [(rank, int(c)) for rank, c in enumerate(order[1:], start=1)
+                 if p[c] > tau_abs and p[top] - p[c] < tau_rel]
+
+
+def allocate(slot_probs, free, tau_abs, tau_rel):
+    """One group's births at one step: slot_probs maps each extending slot to its distribution;
+    free lists the free slots. The group's candidates, in descending p (ties: lower slot, then
+    higher-ranked candidate), take the free slots in ascending order.
+
+    Returns ({slot: c*}, [(parent slot, child slot, token), ...] in allocation order)."""
+    tops, candidates = {}, []
+    for i, p in slot_probs.items():
+        tops[i], passing = eq5_candidates(np.asarray(p, np.float64), tau_abs, tau_rel)
+        candidates += [(-float(p[c]), i, rank, c) for rank, c in passing]
+    candidates.sort()
+    return tops, [(i, j, c) for (_, i, _, c), j in zip(candidates, sorted(free))]
+
+
 def latr_tree_reference(next_probs, k_tree, n, tau_abs, tau_rel, tau_ed, windows, eos_ids):
     """Runs the tree phase for one prompt.
 
@@ -50,22 +76,14 @@ def latr_tree_reference(next_probs, k_tree, n, tau_abs, tau_rel, tau_ed, windows
         active = [i for i, s in enumerate(slots) if s is not None and not s["finished"]]
         if not active:
             return dict(slots=slots, branches=branches, prunes=prunes, tree_end=l)
-        candidates, extensions = [], {}
-        for i in active:
-            p = np.asarray(next_probs(slots[i]["tokens"]), np.float64)
-            order = np.argsort(-p, kind="stable")
-            top = int(order[0])
-            extensions[i] = top
-            for rank, c in enumerate(order[1:3], start=1):
-                if p[c] > tau_abs and p[top] - p[c] < tau_rel:
-                    candidates.append((-p[c], i, rank, int(c)))
+        free = [j for j in range(k_tree) if slots[j] is None]
+        extensions, births = allocate({i: next_probs(slots[i]["tokens"]) for i in active}, free,
+                                      tau_abs, tau_rel)
         for i, top in extensions.items():
             s = slots[i]
             s["tokens"].append(top)
             s["finished"] = top in eos_ids or len(s["tokens"]) >= n
-        candidates.sort()
-        free = [j for j in range(k_tree) if slots[j] is None]
-        for (_, i, _, c), j in zip(candidates, free):
+        for i, j, c in births:
             tokens = slots[i]["tokens"][:l] + [c]
             slots[j] = {"tokens": tokens, "parent": i, "birth": l,
                         "finished": c in eos_ids or len(tokens) >= n}

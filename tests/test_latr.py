@@ -1,5 +1,6 @@
 """The LATR kernel against a plain-Python Algorithm 1, descendant removal, completion, sharding."""
 
+import collections
 import functools
 import textwrap
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from fake_devices import run_script
-from latr_reference import latr_tree_reference
+from latr_reference import allocate, latr_tree_reference
 from jaxtree import models
 from jaxtree.sampling.latr import (DUPLICATE, FRESH, PLAIN, TREE, LatrConfig, latr_generate_jit)
 from jaxtree.sampling.logits_processing import SamplingConfig
@@ -31,6 +32,24 @@ def peaky_model():
     return config, dict(params, lm_head={"kernel": params["lm_head"]["kernel"] * 12.0})
 
 
+FAN = list(range(100, 106))
+
+
+@pytest.fixture(scope="module")
+def fan(peaky):
+    """The peaky model with six tokens (FAN) whose output-layer columns are one shared direction
+    plus a little noise: where the hidden state points that way, the six share most of the mass
+    nearly evenly, so a slot has up to five tokens besides c* with p > 0.1 at once."""
+    config, params = peaky
+    kernel = np.array(params["lm_head"]["kernel"])
+    hidden = kernel.shape[0]
+    rng = np.random.default_rng(0)
+    shared = rng.normal(size=(hidden, 1)) / np.sqrt(hidden)
+    noise = rng.normal(size=(hidden, len(FAN))) / np.sqrt(hidden)
+    kernel[:, FAN] = 12.0 * (4.0 * shared + 0.03 * noise)
+    return config, dict(params, lm_head={"kernel": jnp.asarray(kernel)})
+
+
 def _prompts(groups, seed, width=6):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, width + 1, groups).astype(np.int32)
@@ -41,12 +60,13 @@ def _prompts(groups, seed, width=6):
 
 
 def _run(config, params, latr, k, prompts, lengths, n, k_tree=None, seed=0,
-         sampling=SamplingConfig(temperature=1.0)):
+         sampling=SamplingConfig(temperature=1.0), eos=EOS, group_ids=None):
     groups = prompts.shape[0]
+    group_ids = np.arange(groups) if group_ids is None else group_ids
     return jax.device_get(latr_generate_jit(
         config, latr, sampling, k, n, 256, params, jnp.asarray(prompts), jnp.asarray(lengths),
-        jnp.arange(groups, dtype=jnp.int32), jnp.int32(k if k_tree is None else k_tree),
-        jax.random.key(seed), jnp.asarray([EOS], jnp.int32)))
+        jnp.asarray(group_ids, jnp.int32), jnp.int32(k if k_tree is None else k_tree),
+        jax.random.key(seed), jnp.asarray([eos], jnp.int32)))
 
 
 REFERENCE_WIDTH = 32  # prompt + generated tokens of every reference call, padded: one compilation
@@ -77,40 +97,199 @@ SETTINGS = [
 ]
 
 
+def _latr(setting):
+    k, tau_abs, tau_rel, tau_ed, windows, n = setting
+    return LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+
+
+def _assert_tree_matches_reference(config, params, setting, out, g, prompt, eos=EOS):
+    """Group g of the kernel's output has the reference's tree: tree end, branch and prune
+    events, and each slot alive at the end of the tree phase (origin, parent, birth, tokens).
+    Returns the reference's result."""
+    k, tau_abs, tau_rel, tau_ed, windows, n = setting
+    ref = latr_tree_reference(_next_probs_fn(config, params, prompt, n), k, n, tau_abs, tau_rel,
+                              tau_ed, windows, {eos})
+    end = ref["tree_end"]
+    assert out.tree_end_step[g] == end
+    nb, np_ = int(out.num_branches[g]), int(out.num_prunes[g])
+    assert nb == len(ref["branches"]) and np_ == len(ref["prunes"])
+    got_branches = list(zip(out.branch_step[g, :nb].tolist(), out.branch_parent[g, :nb].tolist(),
+                            out.branch_slot[g, :nb].tolist(), out.branch_token[g, :nb].tolist()))
+    assert got_branches == ref["branches"]
+    got_prunes = sorted(zip(out.prune_step[g, :np_].tolist(), out.prune_slot[g, :np_].tolist(),
+                            out.prune_window[g, :np_].tolist()))
+    assert got_prunes == sorted(ref["prunes"])
+    for j, s in enumerate(ref["slots"]):
+        if s is None:
+            continue  # a slot free at the end of the tree phase: completed afterwards
+        assert out.origin[g, j] == TREE
+        assert out.parent[g, j] == s["parent"] and out.birth[g, j] == s["birth"]
+        upto = min(end, len(s["tokens"]))
+        assert out.tokens[g, j, :upto].tolist() == s["tokens"][:upto]
+    return ref
+
+
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("seed", [0])
 def test_tree_phase_equals_plain_python_algorithm_1(peaky, setting, seed):
     config, params = peaky
-    k, tau_abs, tau_rel, tau_ed, windows, n = setting
-    latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    k, n = setting[0], setting[-1]
     prompts, lengths = _prompts(3, seed)
-    out = _run(config, params, latr, k, prompts, lengths, n, seed=seed)
-    total_branches = total_prunes = 0
+    out = _run(config, params, _latr(setting), k, prompts, lengths, n, seed=seed)
     for g in range(3):
-        prompt = prompts[g, :lengths[g]].tolist()
-        ref = latr_tree_reference(_next_probs_fn(config, params, prompt, n), k, n, tau_abs,
-                                  tau_rel, tau_ed, windows, {EOS})
-        end = ref["tree_end"]
-        assert out.tree_end_step[g] == end
-        nb, np_ = int(out.num_branches[g]), int(out.num_prunes[g])
-        assert nb == len(ref["branches"]) and np_ == len(ref["prunes"])
-        got_branches = list(zip(out.branch_step[g, :nb].tolist(), out.branch_parent[g, :nb].tolist(),
-                                out.branch_slot[g, :nb].tolist(), out.branch_token[g, :nb].tolist()))
-        assert got_branches == ref["branches"]
-        got_prunes = sorted(zip(out.prune_step[g, :np_].tolist(), out.prune_slot[g, :np_].tolist(),
-                                out.prune_window[g, :np_].tolist()))
-        assert got_prunes == sorted(ref["prunes"])
-        for j, s in enumerate(ref["slots"]):
-            if s is None:
-                continue  # a slot free at the end of the tree phase: completed afterwards
-            assert out.origin[g, j] == TREE
-            assert out.parent[g, j] == s["parent"] and out.birth[g, j] == s["birth"]
-            upto = min(end, len(s["tokens"]))
-            assert out.tokens[g, j, :upto].tolist() == s["tokens"][:upto]
-        total_branches += nb
-        total_prunes += np_
-    # the settings are chosen so the trees really branch and prune
-    assert total_branches > 0
+        _assert_tree_matches_reference(config, params, setting, out, g,
+                                       prompts[g, :lengths[g]].tolist())
+    # the settings are chosen so the trees really branch
+    assert out.num_branches.sum() > 0
+
+
+def test_every_candidate_passing_eq5_can_branch(fan):
+    """Alg. 1 line 11 takes every c != c* passing Eq. 5, not only the two next most likely: with
+    six near-tied tokens, slots spawn three or more children in one step (τ_abs = 0.1 allows
+    eight candidates beside c*, five of which a group of 6 can take), as in the reference."""
+    config, params = fan
+    setting = SETTINGS[2]
+    k, n = setting[0], setting[-1]
+    prompts, lengths = _prompts(3, 0)
+    out = _run(config, params, _latr(setting), k, prompts, lengths, n)
+    widest = 0
+    for g in range(3):
+        ref = _assert_tree_matches_reference(config, params, setting, out, g,
+                                             prompts[g, :lengths[g]].tolist())
+        children = collections.Counter((step, parent) for step, parent, _, _ in ref["branches"])
+        widest = max([widest, *children.values()])
+    assert widest >= 3
+
+
+def test_candidate_count_is_the_most_tokens_that_can_pass():
+    """m tokens with p > τ_abs need m·τ_abs < 1: m <= ceil(1/τ_abs) - 1, also when 1/τ_abs is
+    an integer (τ_abs as the float32 the kernel compares with). At most k - 1 candidates are
+    considered (a group has at most k - 1 free slots), at least one column."""
+    from fractions import Fraction
+
+    from jaxtree.sampling.latr.branch import max_passing, num_candidates
+    assert [max_passing(t) for t in (0.5, 0.4, 1 / 3, 0.3, 0.25, 0.2, 0.15, 0.1, 1.0)] == \
+        [1, 2, 2, 3, 3, 4, 6, 9, 0]
+    assert max_passing(0.0) is None
+    for tau in (0.25, 0.2, 0.15, 0.1, 0.07, 0.3, 1 / 3, 0.45):
+        m, threshold = max_passing(tau), Fraction(float(np.float32(tau)))
+        assert Fraction(1, m) > threshold          # tight: m tokens at 1/m each pass
+        assert (m + 1) * threshold >= 1             # m + 1 tokens above it would hold > 1
+    assert [num_candidates(0.25, 8), num_candidates(0.2, 8), num_candidates(0.1, 6),
+            num_candidates(0.1, 4), num_candidates(0.0, 5), num_candidates(0.5, 8),
+            num_candidates(0.1, 1)] == [2, 3, 5, 3, 4, 1, 1]
+
+
+BRANCH_GROUPS, BRANCH_K, BRANCH_VOCAB = 32, 6, 8  # the branch-step tests' shapes
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _branch_step(tau_abs, tau_rel, probs, tree_mode, free):
+    """The kernel's branch step: top tokens, Eq. 5, slot assignment, for BRANCH_GROUPS groups of
+    BRANCH_K slots (probs float32[P·k, V], tree_mode, free bool[P·k])."""
+    from jaxtree.sampling.latr.branch import (allocate_children, branch_candidates,
+                                              num_candidates, top_tokens)
+    from jaxtree.sampling.latr.state import row_layout
+    latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel)
+    top_p, top_tok = top_tokens(probs, 1 + num_candidates(tau_abs, BRANCH_K))
+    candidates = branch_candidates(latr, top_p, top_tok, tree_mode)
+    layout = row_layout(BRANCH_GROUPS, BRANCH_K, jnp.int32(BRANCH_K))
+    return allocate_children(layout, candidates, free), candidates.token, top_tok[:, 0]
+
+
+def _allocate_births(tau_abs, tau_rel, probs, tree_mode, free):
+    """`_branch_step` on the first groups (probs float32[g·BRANCH_K, V], g <= BRANCH_GROUPS; the
+    rest padded with idle groups, so every call has one shape). Returns per group
+    [(parent slot, child slot, token), ...] in birth order and the argmax per row."""
+    rows, k = probs.shape[0], BRANCH_K
+    pad = BRANCH_GROUPS * k - rows
+    (dst, src, col, ok), token, top = jax.device_get(_branch_step(
+        tau_abs, tau_rel, jnp.asarray(np.pad(probs, ((0, pad), (0, 0)))),
+        jnp.asarray(np.pad(tree_mode, (0, pad))), jnp.asarray(np.pad(free, (0, pad)))))
+    token = token.reshape(BRANCH_GROUPS, k, -1)
+    births = [[(int(src[g, i]), int(dst[g, i]), int(token[g, src[g, i], col[g, i]]))
+               for i in range(k) if ok[g, i]] for g in range(rows // k)]
+    return births, top[:rows]
+
+
+def test_branch_step_hand_checked():
+    # τ_abs 0.15, τ_rel 0.3: the 2nd, 3rd and 4th tokens of the root all pass (0.13 does not)
+    probs = np.zeros((6, BRANCH_VOCAB), np.float32)
+    probs[0, :5] = [0.24, 0.22, 0.21, 0.2, 0.13]
+    tree_mode = np.arange(6) == 0
+    births, top = _allocate_births(0.15, 0.3, probs, tree_mode, ~tree_mode)
+    assert births == [[(0, 1, 1), (0, 2, 2), (0, 3, 3)]] and top[0] == 0
+    # parents in slots 0 and 2, slot 4 finished, slots 1, 3, 5 free: candidates
+    # (p, parent, token) in order (.3, 2, 6), (.25, 0, 1), (.25, 0, 2), (.25, 2, 7), (.2, 0, 3)
+    # (equal p: the lower parent slot, then its higher-ranked token) take the free slots in
+    # ascending order
+    probs = np.zeros((6, BRANCH_VOCAB), np.float32)
+    probs[0, :4] = [0.3, 0.25, 0.25, 0.2]
+    probs[2, 5:8] = [0.45, 0.3, 0.25]
+    probs[4, 0] = 1.0
+    tree_mode = np.isin(np.arange(6), [0, 2])
+    free = np.isin(np.arange(6), [1, 3, 5])
+    births, top = _allocate_births(0.15, 0.3, probs, tree_mode, free)
+    assert births == [[(2, 1, 6), (0, 3, 1), (0, 5, 2)]] and top[[0, 2]].tolist() == [0, 5]
+
+
+@pytest.mark.parametrize("tau_abs, tau_rel", [(0.1, 0.6), (0.15, 0.3), (0.25, 0.15)])
+def test_branch_step_equals_algorithm_1_on_random_distributions(tau_abs, tau_rel):
+    """Distributions over 8 tokens in multiples of 1/64 (exact in float32, with many ties),
+    random alive and free slots: the kernel's births and argmax equal the reference's."""
+    rng = np.random.default_rng(int(tau_abs * 100))
+    groups, k, vocab = BRANCH_GROUPS, BRANCH_K, BRANCH_VOCAB
+    counts = np.stack([rng.multinomial(64, rng.dirichlet(np.ones(vocab)))
+                       for _ in range(groups * k)])
+    probs = (counts / 64).astype(np.float32)
+    alive = rng.random(groups * k) < 0.4
+    alive[::k] = True                                # every group has a branch
+    tree_mode = alive & (rng.random(groups * k) < 0.8)
+    births, top = _allocate_births(tau_abs, tau_rel, probs, tree_mode, ~alive)
+    most = 0
+    for g in range(groups):
+        rows = range(g * k, (g + 1) * k)
+        slot_probs = {r - g * k: probs[r] for r in rows if tree_mode[r]}
+        free = [r - g * k for r in rows if not alive[r]]
+        tops, expected = allocate(slot_probs, free, tau_abs, tau_rel)
+        assert births[g] == expected
+        assert all(top[g * k + i] == c for i, c in tops.items())
+        most = max([most, *collections.Counter(i for i, _, _ in expected).values()])
+    # some slot has three children at once (at τ_abs = 0.25 no slot can have more than two)
+    assert most >= 3 or tau_abs == 0.25
+
+
+# (setting, prompt set, prompt, EOS): the prompt's greedy continuation emits the EOS within a
+# few steps, so its tree ends by every branch finishing, with a lookahead check still due (the
+# first case) or a young child that would later have let the tree saturate (the second)
+EARLY_EOS = [(SETTINGS[1], 0, 2, 71), (SETTINGS[0], 0, 0, 200)]
+
+
+@pytest.mark.parametrize("setting, seed, x, eos", EARLY_EOS)
+def test_a_prompts_tree_does_not_depend_on_its_batch(peaky, setting, seed, x, eos):
+    """Once every branch of a group has finished, nothing of its tree changes (no late prune, no
+    later tree end), so a prompt gives the same output alone as in a batch whose other prompts
+    keep the loop running longer. "Alone" is three copies of the prompt with its group id: they
+    compute the same rows, so the loop ends when the prompt's rows end, as in a batch of one
+    (which would compile the kernel again)."""
+    config, params = peaky
+    k, n = setting[0], setting[-1]
+    prompts, lengths = _prompts(3, seed)
+    others = [g for g in range(3) if g != x]
+    alone = _run(config, params, _latr(setting), k, prompts[[x] * 3], lengths[[x] * 3], n,
+                 eos=eos, group_ids=[0, 0, 0])
+    mixed = _run(config, params, _latr(setting), k, prompts[[x] + others],
+                 lengths[[x] + others], n, eos=eos, group_ids=[0, 1, 2])
+    # the case: the tree branched and ended early, and the other prompts ran on after it
+    assert alone.num_branches[0] > 0 and alone.tree_end_step[0] < n
+    assert mixed.lengths[1:].max() > alone.lengths[0].max()
+    for name, a, b in zip(alone._fields, alone, mixed):
+        if np.issubdtype(np.asarray(a).dtype, np.floating):
+            np.testing.assert_allclose(a[0], b[0], atol=1e-5, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a[0], b[0], err_msg=name)
+    _assert_tree_matches_reference(config, params, setting, mixed, 0,
+                                   prompts[x, :lengths[x]].tolist(), eos)
 
 
 def test_settings_exercise_branching_and_pruning(peaky):

@@ -36,6 +36,7 @@ from jaxtree import models
 from jaxtree.models.kv_cache import init_cache
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.latr import LatrConfig, latr_generate_jit
+from jaxtree.sampling.latr.branch import num_candidates
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 from jaxtree.sampling.sampler import generate_jit
 from jaxtree.utils import print_table
@@ -84,7 +85,9 @@ def run_python(config, params, prompts, latr: LatrConfig, k: int, n: int,
     model = Transformer(config)
     step_fn = jax.jit(lambda p, t, c, f: model.apply({"params": p}, t[:, None], c, f,
                                                      last_only=True))
-    top3 = jax.jit(lambda logits: jax.lax.top_k(jax.nn.softmax(logits, axis=-1), 3))
+    # c* and the tokens besides it that can pass Eq. 5 (the kernel's candidate count)
+    count = 1 + num_candidates(latr.tau_abs, k)
+    top = jax.jit(lambda logits: jax.lax.top_k(jax.nn.softmax(logits, axis=-1), count))
     sample = jax.jit(lambda u, logits: sample_tokens(u, logits, sampling)[0])
     gather_cache = jax.jit(lambda cache, index: jax.tree_util.tree_map(lambda x: x[index],
                                                                         cache))
@@ -101,7 +104,7 @@ def run_python(config, params, prompts, latr: LatrConfig, k: int, n: int,
     forwards = 0
     rng = np.random.default_rng(1)
     for l in range(n):
-        probs, tops = jax.device_get(top3(logits))
+        probs, tops = jax.device_get(top(logits))
         sampled = np.asarray(jax.device_get(sample(jnp.asarray(rng.random(rows), jnp.float32),
                                                    logits)))
         step_tokens = np.zeros(rows, np.int32)
@@ -116,7 +119,7 @@ def run_python(config, params, prompts, latr: LatrConfig, k: int, n: int,
                     step_tokens[row] = sampled[row]
                 else:
                     step_tokens[row] = tops[row, 0]
-                    for c in (1, 2):
+                    for c in range(1, count):
                         if probs[row, c] > latr.tau_abs and \
                                 probs[row, 0] - probs[row, c] < latr.tau_rel:
                             candidates.append((-probs[row, c], j, c))

@@ -11,11 +11,12 @@ One step l, for every group at once:
   extend    tree slots take the argmax token c*; plain slots (hybrid rollout) and every slot of a
             saturated group sample with the sampling config (temperature, top-p)
   branch    a candidate c != c* of tree slot s spawns a child when p(c) > τ_abs and
-            p(c*) - p(c) < τ_rel (softmax of the raw logits, Eq. 5). A group's candidates are
-            ranked by descending p(c) (ties: lower slot, then higher-ranked candidate) and take the
-            group's free tree slots in ascending order until the group's k_tree tree slots are
-            alive. The child copies its parent's cache row, token row and log-prob row on device
-            (the shared prefix is never recomputed) and gets c at position l.
+            p(c*) - p(c) < τ_rel (softmax of the raw logits, Eq. 5; every token that can pass is
+            considered, `branch.num_candidates`). A group's candidates are ranked by descending
+            p(c) (ties: lower slot, then higher-ranked candidate) and take the group's free tree
+            slots in ascending order until the group's k_tree tree slots are alive. The child
+            copies its parent's cache row, token row and log-prob row on device (the shared
+            prefix is never recomputed) and gets c at position l.
   prune     a child born at step b is checked at steps b + r for each lookahead window r (default
             20, 30, 50; Alg. 1 line 23): its r tokens after the branch token (positions b+1..b+r)
             against its parent's tokens at the same positions, by normalized Levenshtein distance
@@ -23,7 +24,9 @@ One step l, for every group at once:
             freed (Eq. 7-8). Being kept needs every window to pass (App. B.3).
   saturate  once a group has k_tree alive tree slots and no alive child younger than the largest
             window, its tree phase ends (§3.3 early stopping) and all its slots sample
-            stochastically from step l + 1 on.
+            stochastically from step l + 1 on. So does the tree phase of a group whose tree
+            branches have all finished: nothing of its tree changes after that (no late prune),
+            whichever groups share its batch.
 
 EOS inside a lookahead window: a sequence's window holds its tokens up to and including its EOS
 and nothing after, so a branch that ended early is compared on what it has (normalized by the
@@ -63,7 +66,7 @@ The package (shapes in each module's docstrings):
 
   config.py       LatrConfig (a typed config section) and the named constants (origins, fill values)
   state.py        the typed tree state (TreeState, RowLayout, LookaheadFrontier, Events)
-  branch.py       extend and branch: top-3, Eq. 5 candidates, slot assignment, children born
+  branch.py       extend and branch: top tokens, Eq. 5 candidates, slot assignment, births
   prune.py        lookahead windows, the edit-distance frontier, descendant removal
   completion.py   fresh / restart (inside the loop) and duplicate (at the end) completion
   events.py       the bounded branch and prune logs

@@ -6,29 +6,61 @@ Shapes: P groups of k slots, R = P·k rows, V vocabulary.
 
 from __future__ import annotations
 
+import fractions
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtree.sampling.latr.config import NO_FORK, LatrConfig
 from jaxtree.sampling.latr.rows import copy_pending_rows
 from jaxtree.sampling.latr.state import RowLayout, TreeState
 
 
-def top3(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The three largest probabilities per row and their tokens, lowest index first on ties (as
-    `lax.top_k`): float32[R, 3], int32[R, 3] from probs float32[R, V].
+def max_passing(tau_abs: float) -> int | None:
+    """The most tokens of one distribution that can have p > τ_abs; None when any number can
+    (τ_abs = 0).
+
+    m such tokens hold more than m·τ_abs of a mass of 1, so m·τ_abs < 1: m <= ceil(1/τ_abs) - 1,
+    also when 1/τ_abs is an integer N (N tokens at 1/N are not > 1/N). Tight: m tokens at 1/m
+    each pass. Computed exactly on the float32 τ_abs that the kernel compares with (a float64
+    1/τ_abs can round onto an integer). Float32 probabilities can sum to a hair over 1, so a tie
+    of m + 1 tokens at 1/(m + 1) to within an ulp, with no mass elsewhere, could in principle let
+    one more pass; that one is not considered.
+    """
+    threshold = fractions.Fraction(float(np.float32(tau_abs)))
+    return None if threshold == 0 else math.ceil(1 / threshold) - 1
+
+
+def num_candidates(tau_abs: float, k: int) -> int:
+    """Static: how many tokens after the argmax c* each row considers as branch candidates.
+
+    Every token besides c* that can pass p(c) > τ_abs (`max_passing` - 1), but at most k - 1: a
+    group has at most k - 1 free slots, so a slot's candidate ranked below its own k - 1 best
+    (which pass Eq. 5 whenever it does, having higher p) can never be assigned one. At least 1,
+    so the arrays keep a column when none can pass (τ_abs >= 1/2, or k = 1).
+    """
+    passing = max_passing(tau_abs)
+    beside_argmax = k - 1 if passing is None else min(passing - 1, k - 1)
+    return max(beside_argmax, 1)
+
+
+def top_tokens(probs: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
+    """The `count` (static) largest probabilities per row and their tokens, descending, lowest
+    index first on ties (as `lax.top_k`): float32[R, count], int32[R, count] from probs
+    float32[R, V].
 
     Each pass is a max and a min over the indices that reach it: two plain reductions, which XLA
     vectorizes on CPU, where `argmax` (a variadic reduction) measured 4x slower and `lax.top_k`
-    (a sort) slower still.
+    (a sort) made the whole kernel 5x slower at count 3.
     """
     vocab = probs.shape[1]
     token_ids = jnp.arange(vocab, dtype=jnp.int32)[None, :]
     values, indices = [], []
     remaining = probs
-    for _ in range(3):
+    for _ in range(count):
         value = jnp.max(remaining, axis=-1)
         index = jnp.min(jnp.where(remaining == value[:, None], token_ids, vocab), axis=-1)
         values.append(value)
@@ -38,12 +70,11 @@ def top3(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 class Candidates(NamedTuple):
-    """Each row's branch candidates: the 2nd and 3rd most likely tokens.
+    """Each row's branch candidates: the C tokens ranked after the argmax c*
+    (C = `num_candidates`, every token besides c* that can pass Eq. 5 and that a free slot can
+    take).
 
-    With τ_abs >= 1/3 no more than two tokens besides the argmax c* can pass p(c) > τ_abs; for
-    smaller τ_abs the two most likely are the ones considered.
-
-    prob: float32[R, 2]; token: int32[R, 2]; valid: bool[R, 2], passes Eq. 5 in a tree-mode row.
+    prob: float32[R, C]; token: int32[R, C]; valid: bool[R, C], passes Eq. 5 in a tree-mode row.
     """
 
     prob: jax.Array
@@ -53,7 +84,8 @@ class Candidates(NamedTuple):
 
 def branch_candidates(latr: LatrConfig, top_p: jax.Array, top_tok: jax.Array,
                       tree_mode: jax.Array) -> Candidates:
-    """Eq. 5 on the top 3 (top_p, top_tok: [R, 3]): p(c) > τ_abs and p(c*) - p(c) < τ_rel."""
+    """Eq. 5 on the top C + 1 (top_p, top_tok: [R, C + 1], c* first): p(c) > τ_abs and
+    p(c*) - p(c) < τ_rel."""
     prob, token = top_p[:, 1:], top_tok[:, 1:]
     valid = tree_mode[:, None] & (prob > latr.tau_abs) & (top_p[:, :1] - prob < latr.tau_rel)
     return Candidates(prob, token, valid)
@@ -75,6 +107,17 @@ def assign_slots(cand_p: jax.Array, cand_valid: jax.Array, free: jax.Array, k: i
     ok = jnp.arange(k) < num
     return free_slots[:k].astype(jnp.int32), (order // columns).astype(jnp.int32), \
         (order % columns).astype(jnp.int32), ok
+
+
+def allocate_children(layout: RowLayout, candidates: Candidates, free: jax.Array):
+    """`assign_slots` for every group: each group's valid candidates take its free slots.
+
+    free: bool[R], the free tree slots. Returns (child slot, parent slot, candidate column
+    int32[P, k], ok bool[P, k]): entry i of a group is its i-th birth where ok.
+    """
+    return jax.vmap(assign_slots, in_axes=(0, 0, 0, None))(
+        layout.by_group(candidates.prob), layout.by_group(candidates.valid),
+        layout.by_group(free), layout.k)
 
 
 class Births(NamedTuple):
@@ -105,9 +148,7 @@ def spawn_children(layout: RowLayout, s: TreeState, candidates: Candidates, toke
     """
     groups, k, rows = layout.groups, layout.k, layout.rows
     free = ~s.alive & ~layout.plain & ~s.saturated[layout.group]
-    dst, src, col, ok = jax.vmap(assign_slots, in_axes=(0, 0, 0, None))(
-        layout.by_group(candidates.prob), layout.by_group(candidates.valid),
-        layout.by_group(free), k)
+    dst, src, col, ok = allocate_children(layout, candidates, free)
     group_base = (jnp.arange(groups, dtype=jnp.int32) * k)[:, None]
     dst_row = jnp.where(ok, group_base + dst, rows).reshape(-1)           # rows = no copy
     src_row = (group_base + src).reshape(-1)

@@ -15,7 +15,8 @@ from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import init_cache
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling import randomness
-from jaxtree.sampling.latr.branch import branch_candidates, spawn_children, top3
+from jaxtree.sampling.latr.branch import (branch_candidates, num_candidates, spawn_children,
+                                          top_tokens)
 from jaxtree.sampling.latr.completion import continue_freed_slots, restart_freed_slots
 from jaxtree.sampling.latr.config import COPY_CHUNK, NO_PARENT, NOT_BORN, LatrConfig
 from jaxtree.sampling.latr.events import log_branches, log_prunes
@@ -105,7 +106,7 @@ def _tree_step(model: Transformer, latr: LatrConfig, sampling: SamplingConfig, n
     probs = jnp.exp(logp_all)
     tree_mode = active & ~plain & ~s.saturated[layout.group]
     sampled, _, _ = sample_tokens(uniforms[:, l], s.logits, sampling)
-    top_p, top_tok = top3(probs)
+    top_p, top_tok = top_tokens(probs, 1 + num_candidates(latr.tau_abs, layout.k))
     token = jnp.where(tree_mode, top_tok[:, 0], sampled)
     token = jnp.where(active | shadow_running, token, pad_id)
     token_logp = jnp.take_along_axis(logp_all, token[:, None], axis=1)[:, 0]
@@ -127,8 +128,11 @@ def _tree_step(model: Transformer, latr: LatrConfig, sampling: SamplingConfig, n
     finished = jnp.where(born, ends, s.finished | ends)
     s = s._replace(tokens=tokens, logprobs=logprobs, lengths=lengths, finished=finished)
 
-    # prune children whose lookahead window ends now, with their descendants
-    is_child = s.alive & (s.parent >= 0) & ~plain
+    # prune children whose lookahead window ends now, with their descendants; a group whose
+    # tree phase is over is frozen (no check comes due after normal saturation, but one can
+    # after every branch finished: running it would make the tree depend on how long the other
+    # groups of the batch keep the loop going)
+    is_child = s.alive & (s.parent >= 0) & ~plain & ~s.saturated[layout.group]
     parent_row = layout.base + jnp.maximum(s.parent, 0)
     looking = is_child & (s.birth < l) & (l <= s.birth + r_max)
     frontier = extend_frontier(s.frontier, l, tokens, born, looking, writing, parent_row,
@@ -153,10 +157,11 @@ def _tree_step(model: Transformer, latr: LatrConfig, sampling: SamplingConfig, n
     young = by_group(s.alive & (s.parent >= 0) & (s.birth > l - r_max) & ~plain)
     now_saturated = ~s.saturated & (tree_alive.sum(axis=1) >= num_tree_slots) & \
         ~young.any(axis=1)
+    # a group whose tree branches have all finished ends its tree phase too (Alg. 1 has nothing
+    # left to extend); it saturates so that nothing of its tree changes afterwards
+    tree_running = by_group(s.alive & ~plain & ~s.finished).any(axis=1)
+    now_saturated = now_saturated | (~s.saturated & ~tree_running)
     tree_end = jnp.where(now_saturated, l + 1, s.tree_end)
-    # a group whose every slot has finished ends its tree phase too
-    group_running = by_group(s.alive & ~s.finished).any(axis=1)
-    tree_end = jnp.where((tree_end == n) & ~group_running, l + 1, tree_end)
 
     # forward this step's tokens (children and forks included; removed, restarted and finished
     # rows idle)

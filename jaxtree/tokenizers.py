@@ -106,7 +106,8 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A `transformers.AutoTokenizer` loaded from a local directory, behind the jaxtree protocol.
+    """A `transformers.AutoTokenizer` loaded from a local directory or a llama.cpp `.gguf` file,
+    behind the jaxtree protocol.
 
     The end-of-turn token is the chat template's turn terminator when the tokenizer has one of the
     common ones (`<|im_end|>` for Qwen, `<|eot_id|>` for Llama 3, `<|end|>`), else EOS.
@@ -115,11 +116,20 @@ class HFTokenizer:
     _TURN_END_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
     def __init__(self, path: str):
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"tokenizer directory {path!r} does not exist")
+        gguf_file = _is_gguf_file(path)
+        if not gguf_file and not os.path.isdir(path):
+            raise FileNotFoundError(f"tokenizer directory or .gguf file {path!r} does not exist")
         from transformers import AutoTokenizer  # heavy import, only when a real tokenizer is used
 
-        self.hf = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        if gguf_file:
+            # transformers rebuilds the tokenizer from the file's `tokenizer.ggml.*` metadata.
+            self.hf = AutoTokenizer.from_pretrained(
+                os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
+                local_files_only=True)
+            if not getattr(self.hf, "chat_template", None):
+                self.hf.chat_template = _gguf_chat_template(path)
+        else:
+            self.hf = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.vocab_size = len(self.hf)
         if self.hf.eos_token_id is None:
             raise ValueError(f"tokenizer in {path!r} defines no eos_token")
@@ -183,8 +193,20 @@ class HFTokenizer:
         return [[i] for i in sorted(ids)]
 
 
+def _is_gguf_file(path: str) -> bool:
+    return str(path).lower().endswith(".gguf") and os.path.isfile(path)
+
+
+def _gguf_chat_template(path: str) -> str | None:
+    """The `tokenizer.chat_template` metadata of a GGUF file, None when it has none."""
+    import gguf  # only for GGUF files
+
+    field = gguf.GGUFReader(path).get_field("tokenizer.chat_template")
+    return None if field is None else field.contents()
+
+
 def load_tokenizer(spec: str) -> Tokenizer:
-    """'byte' -> ByteTokenizer; a directory -> HFTokenizer."""
+    """'byte' -> ByteTokenizer; a directory or a `.gguf` file -> HFTokenizer."""
     if spec == "byte":
         return ByteTokenizer()
     return HFTokenizer(spec)

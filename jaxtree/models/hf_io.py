@@ -140,7 +140,12 @@ def _checkpoint_files(directory: str) -> list[str]:
 # ----------------------------------------------------------------------------- public API
 
 def load_config(path: str, dtype: str | None = None, param_dtype: str | None = None) -> ModelConfig:
-    """Reads `config.json` of a checkpoint directory into a ModelConfig."""
+    """Reads `config.json` of a checkpoint directory (or a `.gguf` file's metadata) into a
+    ModelConfig."""
+    from jaxtree.models import gguf_io  # imports this module: resolved at call time
+
+    if gguf_io.is_gguf_path(path):
+        return gguf_io.load_gguf_config(path, dtype, param_dtype)
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint directory {path!r} does not exist")
     if not os.path.isdir(path):
@@ -163,11 +168,11 @@ def load_config(path: str, dtype: str | None = None, param_dtype: str | None = N
 
 def load_pretrained(path: str, dtype: str | None = None,
                     param_dtype: str | None = None) -> tuple[ModelConfig, dict]:
-    """Loads a Llama / Qwen2 / Qwen3 checkpoint from a local Hugging Face directory.
+    """Loads a Llama / Qwen2 / Qwen3 checkpoint from a local Hugging Face directory or GGUF file.
 
     Args:
       path: directory with `config.json` and `model.safetensors` or sharded files plus
-        `model.safetensors.index.json`.
+        `model.safetensors.index.json`; or a llama.cpp `*.gguf` file (see `gguf_io.load_gguf`).
       dtype: computation dtype of the returned config ('float32' or 'bfloat16'); defaults to
         float32 on CPU and bfloat16 on accelerators.
       param_dtype: storage dtype of the returned parameters; defaults to dtype.
@@ -180,6 +185,10 @@ def load_pretrained(path: str, dtype: str | None = None,
       corrupt file, missing or unexpected tensor, shape mismatch. ValueError for an unsupported
       architecture.
     """
+    from jaxtree.models import gguf_io  # imports this module: resolved at call time
+
+    if gguf_io.is_gguf_path(path):
+        return gguf_io.load_gguf(path, dtype, param_dtype)
     config = load_config(path, dtype, param_dtype)
     expected = _param_paths(config)
     by_hf_name = {}

@@ -149,6 +149,13 @@ def _resolve(path: str) -> tuple[str, int]:
     return root, max(steps)
 
 
+def workdir_of(path: str) -> str:
+    """The workdir of a checkpoint path (a workdir, its checkpoints directory or a step
+    directory): where files a job keeps beside its checkpoints live."""
+    root, _ = _resolve(path)
+    return os.path.dirname(root)
+
+
 def _restore_newest(path: str, **items) -> tuple[str, dict]:
     """(step directory, {name: restored item}) of the newest checkpoint under `path`; raises
     CheckpointNotFoundError or CheckpointCorruptError naming it."""

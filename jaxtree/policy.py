@@ -4,16 +4,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import jax
 
 from jaxtree import models
 from jaxtree.config import ConfigError, Section, one_of, option
+from jaxtree.models.gguf_io import is_gguf_path
+from jaxtree.models.named import NAMED_MODELS, resolve_named_model
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 from jaxtree.checkpoints import (is_policy_checkpoint, load_policy_checkpoint,
-                                 read_policy_metadata)
+                                 read_policy_metadata, workdir_of)
+
+# Where a job keeps a copy of its policy's Hugging Face tokenizer (relative to the workdir), so
+# its checkpoints stay loadable when the base model moves or is deleted.
+TOKENIZER_DIR = "tokenizer"
 
 
 @dataclasses.dataclass
@@ -29,8 +36,9 @@ class Policy:
 class ModelSpec(Section):
     """Config section `model`: the policy training or evaluation starts from."""
 
-    name: str = option("tiny", "a preset (random init), a jaxtree checkpoint or a Hugging Face "
-                       "checkpoint directory")
+    name: str = option("tiny", "a preset (random init), a released model's name "
+                       "(smollm2-135m-instruct, from $JAXTREE_MODEL_DIR), a jaxtree checkpoint, a "
+                       "Hugging Face checkpoint directory or a .gguf file")
     dtype: str = option("", "computation dtype ('' = float32 on CPU, bfloat16 on accelerators)",
                         check=one_of(("", "float32", "bfloat16")))
     init_seed: int = option(0, "seed of a preset's random initialisation")
@@ -62,27 +70,31 @@ class ModelSpec(Section):
 
 def load_policy_tokenizer(spec: str) -> Tokenizer:
     """The tokenizer `load_policy(spec)` would come with, without its parameters."""
+    spec = resolve_named_model(spec)
     if spec in PRESETS:
         if spec not in BYTE_VOCAB_PRESETS:
             raise ValueError(f"preset {spec!r} has no built-in tokenizer; load a checkpoint "
                              "directory with its tokenizer files instead")
         return ByteTokenizer()
     if os.path.isdir(spec) and is_policy_checkpoint(spec):
-        return load_tokenizer(read_policy_metadata(spec).get("tokenizer", "byte"))
-    if os.path.isdir(spec):
+        return load_tokenizer(_checkpoint_tokenizer(spec, read_policy_metadata(spec)
+                                                    .get("tokenizer", "byte")))
+    if os.path.isdir(spec) or is_gguf_path(spec):
         return HFTokenizer(spec)
     raise ValueError(_not_a_policy(spec))
 
 
 def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
-    """A preset name (random initialisation from `seed`), a jaxtree checkpoint (a workdir, its
-    `checkpoints` directory or one step directory) or a local Hugging Face checkpoint directory.
+    """A preset name (random initialisation from `seed`), a released model's name (see
+    `jaxtree.models.named`), a jaxtree checkpoint (a workdir, its `checkpoints` directory or one
+    step directory), a local Hugging Face checkpoint directory or a GGUF file.
 
     dtype defaults to float32 on CPU and bfloat16 on accelerators (a jaxtree checkpoint keeps the
     dtype it was trained with unless one is given). Presets with the byte vocabulary come with the
     ByteTokenizer; a Hugging Face directory must hold its tokenizer files next to config.json and
     the weights.
     """
+    spec = resolve_named_model(spec)
     if spec in PRESETS:
         config = models.get_preset(spec, dtype=dtype)
         if spec not in BYTE_VOCAB_PRESETS:
@@ -92,16 +104,102 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
         return Policy(config, params, ByteTokenizer(), f"random init (preset {spec}, seed {seed})")
     if os.path.isdir(spec) and is_policy_checkpoint(spec):
         config, params, tokenizer_spec, _ = load_policy_checkpoint(spec)
+        tokenizer_spec = _checkpoint_tokenizer(spec, tokenizer_spec)
         if dtype is not None:
             config = config.replace(dtype=dtype, param_dtype=dtype)
             params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
         return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec)
-    if os.path.isdir(spec):
+    if os.path.isdir(spec) or is_gguf_path(spec):
         config, params = models.load_pretrained(spec, dtype=dtype)
         return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
     raise ValueError(_not_a_policy(spec))
 
 
+def _checkpoint_tokenizer(checkpoint: str, spec: str) -> str:
+    """A checkpoint's recorded tokenizer spec as a loadable one: 'byte', an absolute path, or a
+    path relative to the checkpoint's workdir (the copy `save_tokenizer_for` made)."""
+    if spec == "byte" or os.path.isabs(spec):
+        return spec
+    return os.path.join(workdir_of(checkpoint), spec)
+
+
+def save_tokenizer_for(policy: Policy, workdir: str) -> str:
+    """The tokenizer spec a job records in `workdir`'s checkpoints: 'byte', or TOKENIZER_DIR after
+    writing the policy's Hugging Face tokenizer files (chat template included) there once, so the
+    checkpoints do not depend on where the base model lives."""
+    if policy.tokenizer_spec == "byte":
+        return "byte"
+    target = os.path.join(workdir, TOKENIZER_DIR)
+    if not os.path.isfile(os.path.join(target, "tokenizer_config.json")):
+        if not isinstance(policy.tokenizer, HFTokenizer):
+            raise TypeError(f"policy {policy.source} has a {type(policy.tokenizer).__name__}, "
+                            "which has no tokenizer files to copy")
+        policy.tokenizer.hf.save_pretrained(target)
+    return TOKENIZER_DIR
+
+
 def _not_a_policy(spec: str) -> str:
-    return (f"{spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an existing "
-            "checkpoint directory (jaxtree or Hugging Face)")
+    return (f"{spec!r} is neither a preset ({', '.join(sorted(PRESETS))}), a released model "
+            f"({', '.join(sorted(NAMED_MODELS))}), an existing checkpoint directory (jaxtree or "
+            "Hugging Face) nor a .gguf file")
+
+
+# ----------------------------------------------------------------------------- Hugging Face export
+
+# The byte tokenizer's chat format as a Jinja chat template: `<bos>`, then per message
+# `<|role|>content<|end|>`, then `<|assistant|>` to open the reply.
+BYTE_CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + "
+                      "'|>' + message['content'] + '<|end|>' }}{% endfor %}"
+                      "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which `tokenizers`' ByteLevel pre-tokenizer
+    and decoder use: printable Latin-1 bytes stand for themselves, the others for 256 + n."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def byte_tokenizer_as_hf():
+    """The ByteTokenizer as a `transformers` fast tokenizer with the same ids: a byte-level BPE
+    without merges (byte b -> id b), the special tokens at their ids (256...), BOS/EOS/PAD and the
+    chat template. `save_pretrained` writes files that `AutoTokenizer` and `HFTokenizer` read."""
+    from tokenizers import AddedToken, Tokenizer as RawTokenizer, decoders, models as tok_models
+    from tokenizers import pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte = ByteTokenizer()
+    vocab = {char: b for b, char in _bytes_to_unicode().items()}
+    raw = RawTokenizer(tok_models.BPE(vocab=vocab, merges=[]))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.add_special_tokens([AddedToken(name, special=True, normalized=False)
+                            for name in ByteTokenizer.SPECIAL_TOKENS])
+    if any(raw.token_to_id(name) != i for name, i in byte.special_ids.items()):
+        raise RuntimeError("the byte-level BPE gave the special tokens other ids")
+    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>", chat_template=BYTE_CHAT_TEMPLATE,
+                                   clean_up_tokenization_spaces=False)
+
+
+def export_policy(policy: Policy, out: str) -> None:
+    """Writes `policy` as a Hugging Face model directory: config.json and safetensors weights,
+    tokenizer files with the chat template (the byte tokenizer as an equivalent byte-level BPE)
+    and generation_config.json (its stop ids: EOS and the end-of-turn token)."""
+    models.save_pretrained(out, policy.config, policy.params)
+    tokenizer = policy.tokenizer
+    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else byte_tokenizer_as_hf()
+    hf.save_pretrained(out)
+    stop_ids = sorted({tokenizer.eos_id, tokenizer.end_of_turn_id})
+    generation = {"bos_token_id": tokenizer.bos_id, "pad_token_id": tokenizer.pad_id,
+                  "eos_token_id": stop_ids[0] if len(stop_ids) == 1 else stop_ids}
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump(generation, f, indent=2)

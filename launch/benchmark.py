@@ -22,13 +22,18 @@ from launch.common import fail, run_app
 
 _BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values", "trees")
 
-_MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"], "Model presets to benchmark.")
+_MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"],
+                            "Model presets (random init) or policies to benchmark, e.g. "
+                            "smollm2-135m-instruct.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "16", "64", "256"], "Batch sizes.")
 _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 128, "Tokens generated per row.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens per row.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats after one warm-up call (median).")
 _FLOOR_BATCH = flags.DEFINE_integer("floor_batch", 64,
                                     "Batch size compared with the memory-bandwidth floor.")
+_DTYPE = flags.DEFINE_enum("dtype", "", ["", "float32", "bfloat16"],
+                           "sampler: computation dtype ('' = float32 on CPU, bfloat16 on "
+                           "accelerators).")
 _BASELINE = flags.DEFINE_boolean("baseline", True, "Also time the transformers baseline.")
 _EPISODES = flags.DEFINE_integer("episodes", 50, "envs: oracle-played episodes timed per environment.")
 _POLICY_SEEDS = flags.DEFINE_integer("policy_seeds", 200,
@@ -74,7 +79,7 @@ def main(argv):
 
         sampler.run([m for m in _MODELS.value], [int(b) for b in _BATCHES.value],
                     _NEW_TOKENS.value, _PROMPT_LEN.value, _REPEATS.value, _FLOOR_BATCH.value,
-                    output, with_hf=_BASELINE.value)
+                    output, with_hf=_BASELINE.value, dtype=_DTYPE.value or None)
     elif name == "envs":
         from launch.benchmarks import envs  # noqa: PLC0415
 

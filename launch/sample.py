@@ -21,7 +21,9 @@ from jaxtree.policy import load_policy
 from jaxtree.sampling import Sampler, SamplingConfig
 from launch.common import fail, load_named_policy, run_app
 
-_MODEL = flags.DEFINE_string("model", "tiny", "A preset name or a local Hugging Face checkpoint directory.")
+_MODEL = flags.DEFINE_string("model", "tiny", "A preset, a released model's name "
+                             "(smollm2-135m-instruct), a .gguf file, or a jaxtree or Hugging Face "
+                             "checkpoint directory.")
 _PROMPT = flags.DEFINE_string("prompt", "Hello", "The prompt text.")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 4, "Samples to draw for the prompt.")
 _MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate at most.")

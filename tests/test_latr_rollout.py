@@ -1,4 +1,9 @@
-"""LATR as a rollout strategy: hybrid schedules, trajectory batches from trees, validation."""
+"""LATR as a rollout strategy: hybrid schedules, trajectory batches from trees, validation; and
+`launch.latr_sampling`, its sampling study, checked against the strategies' own batches (in this
+file: it runs the kernel this file compiles)."""
+
+import json
+import os
 
 import chex
 import jax
@@ -9,12 +14,18 @@ import pytest
 import environments
 from jaxtree import models
 from jaxtree.rollout import RolloutConfig, conversation
+from jaxtree.experiment import Experiment, sibling_config
+from jaxtree.policy import Policy
+from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies import (STRATEGIES, LatrRolloutConfig, RolloutContext, eta_at,
-                                        num_tree_slots, sample_latr)
+                                        num_tree_slots, sample_independent, sample_latr)
+from jaxtree.tasks import eval_seeds
 from jaxtree.sampling.latr import FRESH, TREE
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
+from launch import latr_sampling
 from test_latr import peaky_model
+from toy_run import assert_one_line_error, start_job, wait_jobs
 
 REFERENCE_SCHEDULE = ((0, 1.0), (10, 0.75), (20, 0.5), (80, 0.25), (200, 0.0))
 
@@ -103,3 +114,95 @@ def test_latr_strategy_needs_a_single_turn_environment():
     assert isinstance(build("countdown_sft"), STRATEGIES.part("latr").build)
     with pytest.raises(ConfigError, match=r"rollout\.latr\.completion: 'copy' is not one of"):
         build("countdown_sft", **{"rollout.latr.completion": "copy"})
+
+
+# ----------------------------------------------------------------------------- launch.latr_sampling
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY_TASKS, K, N = 3, 4, 16
+# The kernel shapes and thresholds of the tests above (3 groups x 4 slots, 16 tokens): the
+# compiled kernel is shared.
+OVERRIDES = {"max_action_tokens": N}
+LATR_OVERRIDES = {"tau_abs": 0.15, "tau_rel": 0.5, "tau_ed": 0.6, "windows": (2, 4)}
+
+
+def _config():
+    config = sibling_config(os.path.join(ROOT, "configs", "countdown_latr.py"), "countdown_latr")
+    config.rollout.update(OVERRIDES)
+    config.rollout.latr.update(LATR_OVERRIDES)
+    return config
+
+
+def _direct(batch) -> dict:
+    """The table's batch metrics computed here from the rows: per group the distinct parsed
+    answers and whether any row succeeded."""
+    groups = [np.flatnonzero(batch.group_ids == g) for g in np.unique(batch.group_ids)]
+    generated = batch.action_mask.sum(axis=1)
+    return {"distinct_answers": np.mean([len({batch.infos[i]["action"] for i in rows})
+                                         for rows in groups]),
+            "pass@1": batch.success.mean(),
+            "pass@k": np.mean([batch.success[rows].any() for rows in groups]),
+            "tokens_per_group": generated.sum() / len(groups),
+            "response_length": generated.mean()}
+
+
+def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_path):
+    bad_flag = start_job("-m", "launch.latr_sampling", "--methods=latr,beam")  # overlaps the run
+    model_config, params = peaky_model()
+    policy = Policy(model_config, params, ByteTokenizer(), "peaky tiny")
+    output = str(tmp_path / "latr_sampling.json")
+    latr_sampling.run(_config(), tasks=STUDY_TASKS, k=K, seeds=(0, 1), eta=0.5, output=output,
+                      policy=policy, machine={})
+    with open(output) as f:
+        result = json.load(f)
+
+    assert result["tasks"] == eval_seeds(STUDY_TASKS) and result["k"] == K
+    assert result["plain_forward_budget_per_group"] == K * (N - 1)
+    methods = result["methods"]
+    assert list(methods) == ["independent", "latr", "hybrid"]
+    assert [methods[m]["tree_slots"] for m in methods] == [None, K, 2]  # round(0.5 · 4)
+    for name, method in methods.items():
+        assert set(method["seeds"]) == {"0", "1"}
+        for seed in method["seeds"].values():
+            assert {key for key, _ in latr_sampling.METRICS} <= set(seed)
+            assert 1 <= seed["distinct_answers"] <= K
+            assert seed["pass@k"] >= seed["pass@1"]
+            assert 0 < seed["forwards_per_group"] <= K * (N - 1)
+        assert all(method["summary"][key]["n"] == 2 for key, _ in latr_sampling.METRICS
+                   if key != "saturation_length" or name != "independent")
+    independent = methods["independent"]
+    assert independent["events"] is None and independent["summary"]["saturation_length"]["n"] == 0
+    assert all(s["branching_ratio"] == 0 and s["prunes_per_group"] == 0
+               and s["saturation_length"] is None for s in independent["seeds"].values())
+    for name in ("latr", "hybrid"):
+        for seed in methods[name]["seeds"].values():
+            for kind in ("branch_steps", "prune_steps"):
+                events = seed["events"][kind]
+                assert sum(events["counts"]) == events["logged"] <= events["total"]
+            assert seed["events"]["branch_steps"]["total"] == \
+                pytest.approx(seed["branches_per_group"] * STUDY_TASKS)
+    assert methods["latr"]["summary"]["branches_per_group"]["mean"] > 0
+
+    # seed 0 again, straight from the strategies: the same batches give the job's numbers
+    exp = Experiment.from_config(_config())
+    context = RolloutContext(model_config, policy.tokenizer, exp.env.eval_factory(),
+                             exp.rollout.engine(), K)
+    latr_batch, stats = sample_latr(context, exp.rollout.part_settings("latr"), params,
+                                    jax.random.key(0), eval_seeds(STUDY_TASKS), K)
+    engine = SlotEngine(model_config, policy.tokenizer, exp.env.eval_factory(),
+                        exp.rollout.engine())
+    independent_batch = sample_independent(engine, params, jax.random.key(0),
+                                           eval_seeds(STUDY_TASKS), K)
+    for name, batch in (("latr", latr_batch), ("independent", independent_batch)):
+        reported = methods[name]["seeds"]["0"]
+        for key, value in _direct(batch).items():
+            assert reported[key] == pytest.approx(value), (name, key)
+    generated = independent_batch.action_mask.sum(axis=1)
+    assert independent["seeds"]["0"]["forwards_per_group"] == \
+        pytest.approx(np.maximum(generated - 1, 0).sum() / STUDY_TASKS)
+    assert methods["latr"]["seeds"]["0"]["forwards_per_group"] == \
+        pytest.approx(stats["latr/forwards"] / STUDY_TASKS)
+    assert methods["latr"]["seeds"]["0"]["saturation_length"] == stats["latr/saturation_length"]
+
+    bad_flag, = wait_jobs(bad_flag)
+    assert_one_line_error(bad_flag, 2, "--methods=latr,beam", "independent, latr, hybrid")

@@ -38,7 +38,7 @@ def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
         start_job(*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
         start_job(*SMALL_EVAL, "--transcripts=-1"))
     _assert_one_line_error(missing, "--checkpoint", "'/nonexistent' is neither a preset",
-                           "nor an existing checkpoint directory")
+                           "an existing checkpoint directory", "nor a .gguf file")
     assert "--model" not in missing.stderr
     _assert_one_line_error(broken, "--checkpoint", str(corrupt))
     # Both fail before the policy is loaded or evaluated (nothing on stdout).

@@ -18,7 +18,7 @@ import jax
 
 from jaxtree import checkpoints
 from jaxtree.experiment import Experiment
-from jaxtree.policy import Policy
+from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.conversation import check_prompts_fit
 from jaxtree.tasks import eval_seeds
 from jaxtree.train import workdir as workdir_lib
@@ -96,7 +96,7 @@ def train_job(config, workdir: str, stop_after: int | None = None,
                   "resumes")
             return None
         metadata = {"job": "train", "model": policy.config.to_dict(),
-                    "tokenizer": policy.tokenizer_spec, "source": policy.source,
+                    "tokenizer": save_tokenizer_for(policy, workdir), "source": policy.source,
                     "config": config.to_dict()}
         result = Trainer(exp, workdir, policy, metadata).run(stop_after, stop)
         result["seconds"] = time.perf_counter() - start

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from environments.base import TextEnv
 from jaxtree import checkpoints
 from jaxtree.config import ConfigError, Section, between, non_negative, option, positive, require
-from jaxtree.policy import Policy
+from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tasks import train_seeds
 from jaxtree.train.metrics import keep_records_until
@@ -108,7 +108,8 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
     os.makedirs(workdir, exist_ok=True)
     saver = checkpoints.TrainCheckpointer(workdir, max_to_keep=1)
     metadata = {**metadata, "source": policy.source, "demonstration_success": demo_success}
-    model_metadata = {"model": policy.config.to_dict(), "tokenizer": policy.tokenizer_spec}
+    model_metadata = {"model": policy.config.to_dict(),
+                      "tokenizer": save_tokenizer_for(policy, workdir)}
     log_path = os.path.join(workdir, "sft_metrics.jsonl")
     first = 1
     restored = saver.restore_latest(params, opt_state, report=report)

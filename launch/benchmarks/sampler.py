@@ -1,6 +1,7 @@
 """Sampler throughput: jaxtree's jitted sampler vs transformers' PyTorch `generate`.
 
-Both run the same weights (a preset exported with `save_pretrained` and loaded by transformers),
+Both run the same weights (a preset, or any policy `--config.model.name` accepts, such as
+`smollm2-135m-instruct`: exported with `save_pretrained` and loaded by transformers),
 the same prompts, plain sampling at temperature 1 over the full vocabulary, exactly `new_tokens`
 tokens per row (no EOS). Throughput is end-to-end generated tokens per second of a `generate` call
 (host preparation, prefill, decode, transfer back), median over repeats after a warm-up call.
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 
 from jaxtree import models
+from jaxtree.policy import load_policy
 from jaxtree.sampling import Sampler, SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 from jaxtree.utils import print_table
@@ -59,24 +61,33 @@ def flops_per_step(config: models.ModelConfig, batch: int, mean_context: float) 
     return batch * (2 * config.num_params() + attention)
 
 
-def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, output, with_hf=True):
+def _model(name: str, dtype: str | None) -> tuple[models.ModelConfig, dict, int]:
+    """(config, params, pad id) of a preset (random init, seed 0) or a policy spec."""
+    if name in models.PRESETS:
+        config = models.get_preset(name, dtype=dtype)
+        return config, models.init_params(config, jax.random.key(0)), ByteTokenizer().pad_id
+    policy = load_policy(name, dtype=dtype)
+    return policy.config, policy.params, policy.tokenizer.pad_id
+
+
+def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, output, with_hf=True,
+        dtype: str | None = None):
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
-    tok = ByteTokenizer()
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth()
     peak_flops = matmul_flops()
     results, rows = [], []
     for name in models_list:
-        config = models.get_preset(name)
-        params = models.init_params(config, jax.random.key(0))
+        config, params, pad_id = _model(name, dtype)
         hf_model = None
         if with_hf:
             with tempfile.TemporaryDirectory() as tmp:
                 models.save_pretrained(tmp, config, params)
-                hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp).eval()
-        sampler = Sampler(config, SamplingConfig(temperature=1.0), new_tokens, pad_id=tok.pad_id)
+                hf_model = transformers.AutoModelForCausalLM.from_pretrained(
+                    tmp, dtype=getattr(torch, config.param_dtype)).eval()
+        sampler = Sampler(config, SamplingConfig(temperature=1.0), new_tokens, pad_id=pad_id)
         for batch in batches:
             prompts = rng.integers(0, 256, size=(batch, prompt_len))
             prompt_lists = prompts.tolist()
@@ -88,11 +99,12 @@ def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, outp
 
             ours_s, ours_all = median_seconds(ours, repeats)
             entry = {"model": name, "params": config.num_params(), "batch": batch,
+                     "dtype": config.dtype,
                      "new_tokens": new_tokens, "prompt_len": prompt_len,
                      "jaxtree_seconds": ours_all, "jaxtree_tokens_per_s": batch * new_tokens / ours_s}
             if hf_model is not None:
                 hf_s, hf_all = median_seconds(
-                    _hf_generate_fn(hf_model, prompts, new_tokens, tok.pad_id), repeats)
+                    _hf_generate_fn(hf_model, prompts, new_tokens, pad_id), repeats)
                 entry.update(transformers_seconds=hf_all,
                              transformers_tokens_per_s=batch * new_tokens / hf_s,
                              speedup=hf_s / ours_s)

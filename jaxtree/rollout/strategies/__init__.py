@@ -10,8 +10,9 @@ from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, Rollout
                                              RolloutStrategy, build_strategy, check_stage,
                                              require_slots)
 from jaxtree.rollout.strategies.independent import sample_independent
-from jaxtree.rollout.strategies.latr import LatrRolloutConfig, eta_at, num_tree_slots, sample_latr
+from jaxtree.rollout.strategies.latr import (LatrRolloutConfig, eta_at, num_tree_slots,
+                                             sample_latr, sample_latr_trees)
 
 __all__ = ["STRATEGIES", "LatrRolloutConfig", "RolloutContext", "RolloutStage", "RolloutStrategy",
            "build_strategy", "check_stage", "eta_at", "num_tree_slots", "require_slots",
-           "sample_independent", "sample_latr"]
+           "sample_independent", "sample_latr", "sample_latr_trees"]

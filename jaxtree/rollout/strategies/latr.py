@@ -27,7 +27,7 @@ from jaxtree.rollout.episode import Episode
 from jaxtree.rollout.signatures import signature_function
 from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
 from jaxtree.rollout.trajectory import NO_PARENT, TrajectoryBatch, assemble
-from jaxtree.sampling.latr import FRESH, LatrConfig, latr_generate_jit
+from jaxtree.sampling.latr import FRESH, LatrConfig, LatrOutput, latr_generate_jit
 from jaxtree.utils import round_up
 
 PROMPT_MULTIPLE = 32  # prompt widths are padded to a multiple of this: few compiled shapes
@@ -87,6 +87,15 @@ def sample_latr(context: RolloutContext, settings: LatrRolloutConfig, params, rn
                                                                     dict[str, float]]:
     """k = context.group_size rollouts of each task (group g = task_ids[g]), `tree_slots` of
     them in the tree; returns (batch, tree statistics)."""
+    batch, stats, _ = sample_latr_trees(context, settings, params, rng, task_ids, tree_slots)
+    return batch, stats
+
+
+def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, params,
+                      rng: jax.Array, task_ids: Sequence[int], tree_slots: int
+                      ) -> tuple[TrajectoryBatch, dict[str, float], LatrOutput]:
+    """`sample_latr`, also returning the kernel's output (host arrays): its per-group branch
+    and prune event logs are what an analysis of the trees reads."""
     tokenizer, k = context.tokenizer, context.group_size
     stops = tokenizer.assistant_stop_sequences
     if any(len(s) != 1 for s in stops):
@@ -140,7 +149,7 @@ def sample_latr(context: RolloutContext, settings: LatrRolloutConfig, params, rn
         "latr/forked_rows": int((out.fork_position >= 0).sum()),
         "latr/forwards": int(out.forwards.sum()),
     }
-    return assemble(records, tokenizer.pad_id), stats
+    return assemble(records, tokenizer.pad_id), stats, out
 
 
 @STRATEGIES.register("latr", LatrRolloutConfig)

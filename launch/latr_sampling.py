@@ -1,0 +1,367 @@
+"""LATR's sampling study (LATR Table 4) without training: one policy, held-out tasks, k rollouts
+per task by independent sampling, by LATR and by a hybrid of the two, over several seeds.
+
+    python -m launch.latr_sampling --tasks=128 --seeds=0,1,2 --output=/tmp/latr_sampling.json
+    python -m launch.latr_sampling --checkpoint=/tmp/countdown_sft --k=8 --methods=independent,latr
+    python -m launch.latr_sampling --config.model.name=smollm2-135m-instruct \\
+        --config.env.options.style=chat --config.rollout.max_action_tokens=256
+
+--config is an experiment config (default configs/countdown_latr.py; `--config.x.y=...`
+overrides as for the other jobs); --checkpoint is the policy (default: config.model.name). The
+tasks are the held-out evaluation seeds (`jaxtree.tasks.eval_seeds`) on the evaluation
+environment, as in `launch.evaluate`. Every method samples every task's group once per seed
+(key `jax.random.key(seed)`, the same for every method) after one untimed warm-up call (it
+compiles). Methods:
+
+  independent   the slot engine's k independent samples per task (`rollout.strategy=independent`)
+  latr          the LATR kernel with all k slots in the tree (η = 1)
+  hybrid        round(η·k) tree slots and the rest plain samples (LATR §3.3, Eq. 9; --eta)
+
+Per method: mean ± 95% confidence half-width over seeds (Student t, as in `launch.compare`) of
+
+  distinct answers   different final answers per group (the environment's parsed action; every
+                     unparseable answer counts as one), as the trainer logs it
+  pass@1, pass@k     mean success, and the share of tasks with a success among their k rollouts
+  branches/token     branch events per generated token (the kernel's branching ratio, pruned
+                     branches included); 0 for independent sampling
+  prunes/group       direct prunes per group; 0 for independent sampling
+  saturation         the step at which a group's tree phase ended (LATR Table 10), n when it never
+                     saturated; n.a. for independent sampling
+  tokens/group       generated tokens per group (the rollouts the batch holds)
+  response length    generated tokens per rollout
+  forwards/group     slot-token forwards: tokens fed to the model for running rows, prefill
+                     excluded. A rollout of m tokens feeds m - 1 (its last token is generated but
+                     never fed), so independent sampling feeds the sum of (m - 1); LATR's kernel
+                     counts what it feeds, speculative samples a later branch discards included.
+                     Two methods are at equal forward budget when these are equal; plain
+                     sampling's bound is k·(n - 1) per group (n = rollout.max_action_tokens),
+                     which LATR's default completion never exceeds.
+  seconds/group      wall time of the method's sampling call divided by the tasks
+
+and, to explain a result where the tree gains nothing, the histograms of the token steps at which
+branches and prunes happened (from the kernel's event logs, which keep the first
+`rollout.latr.max_events` events of each group; the totals are recorded next to them). Prints a
+Markdown table and writes every seed's numbers, the machine and the config as JSON to --output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Sequence
+
+import jax
+import numpy as np
+from absl import flags
+from ml_collections import config_flags
+
+from jaxtree.config import require
+from jaxtree.experiment import Experiment
+from jaxtree.policy import Policy
+from jaxtree.rollout import conversation
+from jaxtree.rollout.strategies import (STRATEGIES, RolloutContext, num_tree_slots,
+                                        sample_latr_trees)
+from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.tasks import eval_seeds
+from jaxtree.train.compare.results import CONFIDENCE, format_interval, mean_ci
+from jaxtree.train.trainer import group_diversity
+from jaxtree.utils import check_writable, print_table
+from launch.benchmarks.common import machine_info, write_json
+from launch.common import SOURCE_ROOT, fail, load_named_policy, run_app
+
+METHODS = ("independent", "latr", "hybrid")
+DEFAULT_CONFIG = os.path.join(SOURCE_ROOT, "configs", "countdown_latr.py")
+DEFAULT_OUTPUT = "benchmark_results/latr_sampling.json"
+
+# (key, table column) of the per-seed metrics, in table order.
+METRICS = (("distinct_answers", "distinct answers"), ("pass@1", "pass@1"), ("pass@k", "pass@k"),
+           ("branching_ratio", "branches/token"), ("prunes_per_group", "prunes/group"),
+           ("saturation_length", "saturation"), ("tokens_per_group", "tokens/group"),
+           ("response_length", "response length"), ("forwards_per_group", "forwards/group"),
+           ("seconds_per_group", "s/group"))
+SUMMARY_KEYS = tuple(key for key, _ in METRICS) + ("branches_per_group",)
+EVENT_KINDS = {"branch_steps": "branches", "prune_steps": "prunes"}
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (default: "
+                                          "configs/countdown_latr.py).", lock_config=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Policy to sample (default: "
+                                  "config.model.name).")
+_TASKS = flags.DEFINE_integer("tasks", 128, "Held-out tasks (the evaluation seeds).",
+                              lower_bound=1)
+_K = flags.DEFINE_integer("k", None, "Rollouts per task (default: config.rollout.group_size).",
+                          lower_bound=1)
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Sampling seeds (one key per seed).")
+_METHODS = flags.DEFINE_list("methods", list(METHODS), f"Methods, of {', '.join(METHODS)}.")
+_ETA = flags.DEFINE_float("eta", 0.5, "hybrid: the fraction η of tree slots (round(η·k)).",
+                          lower_bound=0.0, upper_bound=1.0)
+_BINS = flags.DEFINE_integer("bins", 8, "Bins of the branch and prune step histograms.",
+                             lower_bound=1)
+_OUTPUT = flags.DEFINE_string("output", DEFAULT_OUTPUT, "JSON output path.")
+
+
+# ----------------------------------------------------------------------------- sampling
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A way to sample a group: the slot engine's independent samples (tree_slots None) or the
+    LATR kernel with `tree_slots` of the k slots in the tree."""
+
+    name: str
+    tree_slots: int | None
+
+
+def make_methods(names: Sequence[str], k: int, eta: float) -> list[Method]:
+    """The Methods named (of METHODS); ValueError on an unknown or repeated name."""
+    unknown = [n for n in names if n not in METHODS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(f"{','.join(names)}: expected distinct names of {', '.join(METHODS)}")
+    slots = {"independent": None, "latr": k, "hybrid": num_tree_slots(eta, k)}
+    return [Method(n, slots[n]) for n in names]
+
+
+class Sampler:
+    """Samples every task's group with one method: (batch, strategy metrics, kernel output or
+    None for independent sampling)."""
+
+    def __init__(self, method: Method, context: RolloutContext, settings):
+        self.method = method
+        self.context = context
+        self.settings = settings
+        # building the strategy checks that it suits the environment (LATR: one turn)
+        self.strategy = STRATEGIES.build("independent" if method.tree_slots is None else "latr",
+                                         None if method.tree_slots is None else settings,
+                                         context=context)
+
+    def __call__(self, params, rng: jax.Array, tasks: Sequence[int]):
+        if self.method.tree_slots is None:
+            batch, metrics = self.strategy.sample(params, rng, tasks, 0)
+            return batch, metrics, None
+        return sample_latr_trees(self.context, self.settings, params, rng, tasks,
+                                 self.method.tree_slots)
+
+
+def check_prompts_fit(context: RolloutContext, tasks: Sequence[int]) -> None:
+    """ConfigError on `rollout.context_length` unless every task's prompt and a full response
+    fit it: the slot engine would end such a rollout before its first token while the LATR
+    kernel, which has no context limit of its own, samples it, and the methods would not be
+    compared on the same tasks."""
+    env, longest = context.make_env(), 0
+    for task in tasks:
+        env.reset(int(task))
+        longest = max(longest, len(conversation.first_turn_tokens(context.tokenizer, env)))
+    need = longest + context.rollout.max_action_tokens
+    require(need <= context.rollout.context_length, "rollout.context_length",
+            f"{context.rollout.context_length} cannot hold the longest prompt ({longest} tokens) "
+            f"and rollout.max_action_tokens={context.rollout.max_action_tokens}; it needs {need}")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def slot_token_forwards(batch: TrajectoryBatch) -> int:
+    """Tokens fed to the model for the batch's single-turn rollouts, prefill excluded: a rollout
+    of m generated tokens feeds m - 1 (the LATR kernel's count for its plain rows)."""
+    generated = batch.action_mask.sum(axis=1)
+    return int(np.maximum(generated - 1, 0).sum())
+
+
+def seed_metrics(batch: TrajectoryBatch, strategy_metrics: dict, seconds: float,
+                 num_tasks: int) -> dict[str, float | None]:
+    """The METRICS of one method and seed from its batch (k rows per task) and its strategy's
+    metrics (`latr/*` for the kernel; none of them for independent sampling)."""
+    diversity = group_diversity(batch)
+    generated = batch.action_mask.sum(axis=1)
+    tree = "latr/forwards" in strategy_metrics
+    forwards = strategy_metrics["latr/forwards"] if tree else slot_token_forwards(batch)
+    return {
+        "distinct_answers": diversity["rollout/distinct_answers"],
+        "pass@1": diversity["rollout/pass@1"],
+        "pass@k": diversity["rollout/pass@group"],
+        "branching_ratio": float(strategy_metrics.get("latr/branching_ratio", 0.0)),
+        "branches_per_group": float(strategy_metrics.get("latr/branches_per_group", 0.0)),
+        "prunes_per_group": float(strategy_metrics.get("latr/prunes_per_group", 0.0)),
+        "saturation_length": strategy_metrics["latr/saturation_length"] if tree else None,
+        "tokens_per_group": float(generated.sum()) / num_tasks,
+        "response_length": float(generated.mean()),
+        "forwards_per_group": float(forwards) / num_tasks,
+        "seconds_per_group": seconds / num_tasks,
+    }
+
+
+def bin_edges(n: int, bins: int) -> list[int]:
+    """Integer step edges splitting [0, n] into at most `bins` near-equal bins."""
+    return sorted({int(round(i * n / bins)) for i in range(bins + 1)})
+
+
+def step_histogram(steps: np.ndarray, counts: np.ndarray, edges: Sequence[int]) -> dict:
+    """Histogram of logged event steps.
+
+    steps: int32[P, E], each group's first E event steps (-1 past its count); counts: int32[P],
+    the events of each group (logged or not). Returns {'counts': per bin (the last bin holds
+    its right edge), 'logged', 'total'}.
+    """
+    logged = steps[steps >= 0]
+    hist, _ = np.histogram(logged, bins=np.asarray(edges))
+    return {"counts": hist.astype(int).tolist(), "logged": int(logged.size),
+            "total": int(np.sum(counts))}
+
+
+def tree_events(out, edges: Sequence[int]) -> dict:
+    """Branch and prune step histograms of a kernel output (LatrOutput, host arrays)."""
+    return {"branch_steps": step_histogram(np.asarray(out.branch_step),
+                                           np.asarray(out.num_branches), edges),
+            "prune_steps": step_histogram(np.asarray(out.prune_step),
+                                          np.asarray(out.num_prunes), edges)}
+
+
+def summarize(per_seed: Sequence[dict]) -> dict[str, dict]:
+    """Per metric: mean and 95% half-width over seeds ({'mean', 'ci', 'n'}; n = 0 when the
+    metric does not apply)."""
+    return {key: mean_ci(s[key] for s in per_seed if s[key] is not None).to_dict()
+            for key in SUMMARY_KEYS}
+
+
+def summed_events(events: Sequence[dict]) -> dict:
+    """The seeds' histograms added up."""
+    out = {}
+    for kind in EVENT_KINDS:
+        out[kind] = {"counts": np.sum([e[kind]["counts"] for e in events], axis=0).tolist(),
+                     "logged": sum(e[kind]["logged"] for e in events),
+                     "total": sum(e[kind]["total"] for e in events)}
+    return out
+
+
+# ----------------------------------------------------------------------------- the job
+
+def run_method(sampler: Sampler, params, tasks: Sequence[int], seeds: Sequence[int],
+               edges: Sequence[int]) -> dict:
+    """One warm-up call (untimed: it compiles), then one timed call per seed."""
+    sampler(params, jax.random.key(seeds[0]), tasks)
+    per_seed, events = {}, []
+    for seed in seeds:
+        start = time.perf_counter()
+        batch, metrics, out = sampler(params, jax.random.key(seed), tasks)
+        seconds = time.perf_counter() - start
+        per_seed[seed] = seed_metrics(batch, metrics, seconds, len(tasks))
+        if out is not None:
+            per_seed[seed]["events"] = tree_events(jax.device_get(out), edges)
+            events.append(per_seed[seed]["events"])
+    return {"tree_slots": sampler.method.tree_slots, "seeds": per_seed,
+            "summary": summarize(list(per_seed.values())),
+            "events": summed_events(events) if events else None}
+
+
+def run(config, tasks: int = 128, k: int | None = None, seeds: Sequence[int] = (0, 1, 2),
+        methods: Sequence[str] = METHODS, eta: float = 0.5, output: str | None = None,
+        checkpoint: str | None = None, policy: Policy | None = None, bins: int = 8,
+        machine: dict | None = None) -> dict:
+    """Samples `tasks` held-out tasks x k rollouts with every method and seed; prints the table
+    and returns (and writes to `output`, if given) the results. `policy` replaces loading
+    `checkpoint` (or config.model.name); `machine` replaces `machine_info()`."""
+    if k is not None:
+        config = config.copy_and_resolve_references()
+        config.rollout.group_size = k
+    exp = Experiment.from_config(config)
+    k = exp.rollout.group_size
+    chosen = make_methods(methods, k, eta)
+    if policy is None:
+        policy = load_named_policy("--checkpoint", lambda: exp.model.load(checkpoint))
+    context = RolloutContext(policy.config, policy.tokenizer, exp.env.eval_factory(),
+                             exp.rollout.engine(), k)
+    settings = exp.rollout.part_settings("latr")
+    task_ids = eval_seeds(tasks)
+    n = exp.rollout.max_action_tokens
+    edges = bin_edges(n, bins)
+    check_prompts_fit(context, task_ids)
+    samplers = [Sampler(m, context, settings) for m in chosen]  # config errors before sampling
+    results = {s.method.name: run_method(s, policy.params, task_ids, list(seeds), edges)
+               for s in samplers}
+    result = {"policy": policy.source, "env": exp.env.to_dict(), "tasks": task_ids, "k": k,
+              "max_action_tokens": n, "plain_forward_budget_per_group": k * (n - 1),
+              "seeds": list(seeds), "eta": eta, "confidence": CONFIDENCE,
+              "latr": settings.to_dict(), "histogram_edges": edges, "methods": results,
+              "config": config.to_dict(), "machine": machine_info() if machine is None else machine}
+    print(f"LATR sampling study of {policy.source} on {exp.env.name}: {tasks} held-out tasks x "
+          f"k = {k}, n = {n} tokens, seeds {','.join(map(str, seeds))}")
+    print_tables(result)
+    if output is not None:
+        write_json(output, result)
+    return result
+
+
+def print_tables(result: dict) -> None:
+    """The metrics (mean ± 95% CI over seeds) and the event histograms, as Markdown."""
+    seeds = len(result["seeds"])
+    rows = []
+    for name, r in result["methods"].items():
+        cells = [format_interval(r["summary"][key], seeds) if r["summary"][key]["n"] else "n.a."
+                 for key, _ in METRICS]
+        rows.append([name, "-" if r["tree_slots"] is None else r["tree_slots"]] + cells)
+    print_table(["method", "tree slots"] + [label for _, label in METRICS], rows)
+    edges = result["histogram_edges"]
+    labels = [f"[{lo}, {hi})" for lo, hi in zip(edges[:-1], edges[1:])]
+    labels[-1] = labels[-1][:-1] + "]"
+    rows = []
+    for name, r in result["methods"].items():
+        for kind, label in EVENT_KINDS.items() if r["events"] else ():
+            e = r["events"][kind]
+            rows.append([name, label] + e["counts"] + [f"{e['logged']}/{e['total']}"])
+    if rows:
+        print("\nevent steps (all seeds and groups):")
+        print_table(["method", "event"] + labels + ["logged/total"], rows)
+
+
+# ----------------------------------------------------------------------------- flags
+
+def parse_seeds(values: Sequence[str]) -> list[int]:
+    """Distinct integer seeds; ValueError otherwise."""
+    try:
+        seeds = [int(v) for v in values]
+    except ValueError:
+        raise ValueError(f"{','.join(values)}: expected comma-separated integers") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{','.join(values)}: expected distinct integers")
+    return seeds
+
+
+def checked_output(path: str) -> str:
+    """--output, once its directory is known to take a new file (before minutes of sampling)."""
+    if os.path.isdir(path):
+        fail(f"--output={path} is a directory; name the JSON file to write")
+    try:
+        check_writable(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        fail(f"--output={path}: its directory is not writable ({e.strerror or e})")
+    return path
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        fail(f"unexpected arguments: {argv[1:]}")
+    try:
+        seeds = parse_seeds(_SEEDS.value)
+    except ValueError as e:
+        fail(f"--seeds={e}")
+    try:
+        make_methods(_METHODS.value, 1, _ETA.value)
+    except ValueError as e:
+        fail(f"--methods={e}")
+    output = checked_output(_OUTPUT.value)
+    run(_CONFIG.value, _TASKS.value, _K.value, seeds, _METHODS.value, _ETA.value, output,
+        _CHECKPOINT.value, bins=_BINS.value)
+
+
+def with_default_config(argv: list[str]) -> list[str]:
+    """argv with `--config=<configs/countdown_latr.py>` first when it names no config. (A
+    default in the flag's definition would be loaded at import, before `--config.x=...`
+    overrides could be reported in one line.)"""
+    if any(a == "--config" or a.startswith("--config=") for a in argv[1:]):
+        return argv
+    return argv[:1] + [f"--config={DEFAULT_CONFIG}"] + argv[1:]
+
+
+if __name__ == "__main__":
+    sys.argv = with_default_config(sys.argv)
+    run_app(main)
+

@@ -33,7 +33,7 @@ SLOW_FILES = ("test_latr.py", "test_job_faults.py", "test_rollout.py", "test_ben
               "test_sampler.py", "test_train.py", "test_patr.py", "test_trainer.py",
               "test_launch.py",
               "test_launch_errors_eval.py", "test_composition.py", "test_sft.py", "test_tsr.py",
-              "test_losses.py", "test_model_parity.py", "test_compare.py", "test_serve.py",
+              "test_export.py", "test_latr_rollout.py", "test_gguf.py", "test_losses.py", "test_model_parity.py", "test_compare.py", "test_serve.py",
               "test_prm.py")
 
 

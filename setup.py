@@ -31,11 +31,13 @@ setup(
         "tqdm",
         "matplotlib",      # launch.plot
         "tensorboardX",    # TensorBoard event files without TensorFlow
+        "gguf",            # llama.cpp checkpoints (jaxtree.models.gguf_io)
     ],
     extras_require={
         # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the
         # reference implementation in parity tests and the baseline in benchmarks.
-        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "editdistance"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "editdistance",
+                 "accelerate"],  # transformers' own GGUF loading, the parity reference
         "tb": ["tensorboard"],  # the TensorBoard viewer
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],

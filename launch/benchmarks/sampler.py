@@ -31,7 +31,7 @@ from launch.benchmarks.common import copy_bandwidth, machine_info, matmul_flops,
 def _hf_generate_fn(hf_model, prompts: np.ndarray, new_tokens: int, pad_id: int):
     import torch  # noqa: PLC0415
 
-    ids = torch.as_tensor(prompts, dtype=torch.long)
+    ids = torch.as_tensor(prompts, dtype=torch.long, device=hf_model.device)
     mask = torch.ones_like(ids)
 
     def run():
@@ -87,6 +87,8 @@ def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, outp
                 models.save_pretrained(tmp, config, params)
                 hf_model = transformers.AutoModelForCausalLM.from_pretrained(
                     tmp, dtype=getattr(torch, config.param_dtype)).eval()
+                if torch.cuda.is_available():  # the baseline on the same accelerator
+                    hf_model = hf_model.to("cuda")
         sampler = Sampler(config, SamplingConfig(temperature=1.0), new_tokens, pad_id=pad_id)
         for batch in batches:
             prompts = rng.integers(0, 256, size=(batch, prompt_len))

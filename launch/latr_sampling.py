@@ -4,14 +4,16 @@ per task by independent sampling, by LATR and by a hybrid of the two, over sever
     python -m launch.latr_sampling --tasks=128 --seeds=0,1,2 --output=/tmp/latr_sampling.json
     python -m launch.latr_sampling --checkpoint=/tmp/countdown_sft --k=8 --methods=independent,latr
     python -m launch.latr_sampling --config.model.name=smollm2-135m-instruct \\
-        --config.env.options.style=chat --config.rollout.max_action_tokens=256
+        --config.env.options.style=chat --config.rollout.context_length=1024 \\
+        --config.rollout.max_action_tokens=256 --config.rollout.num_slots=128 --groups_per_call=16
 
 --config is an experiment config (default configs/countdown_latr.py; `--config.x.y=...`
 overrides as for the other jobs); --checkpoint is the policy (default: config.model.name). The
 tasks are the held-out evaluation seeds (`jaxtree.tasks.eval_seeds`) on the evaluation
 environment, as in `launch.evaluate`. Every method samples every task's group once per seed
 (key `jax.random.key(seed)`, the same for every method) after one untimed warm-up call (it
-compiles). Methods:
+compiles). `--groups_per_call` samples the tasks in calls of that many (call c with key
+fold_in(seed key, c)), so that only those rows' KV cache is resident. Methods:
 
   independent   the slot engine's k independent samples per task (`rollout.strategy=independent`)
   latr          the LATR kernel with all k slots in the tree (η = 1)
@@ -62,8 +64,8 @@ from jaxtree.experiment import Experiment
 from jaxtree.policy import Policy
 from jaxtree.rollout import conversation
 from jaxtree.rollout.strategies import (STRATEGIES, RolloutContext, num_tree_slots,
-                                        sample_latr_trees)
-from jaxtree.rollout.trajectory import TrajectoryBatch
+                                        sample_latr_trees, tree_stats)
+from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.tasks import eval_seeds
 from jaxtree.train.compare.results import CONFIDENCE, format_interval, mean_ci
 from jaxtree.train.trainer import group_diversity
@@ -99,6 +101,9 @@ _ETA = flags.DEFINE_float("eta", 0.5, "hybrid: the fraction η of tree slots (ro
 _BINS = flags.DEFINE_integer("bins", 8, "Bins of the branch and prune step histograms.",
                              lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", DEFAULT_OUTPUT, "JSON output path.")
+_GROUPS_PER_CALL = flags.DEFINE_integer(
+    "groups_per_call", None, "Tasks sampled per call (default: all at once); bounds the resident "
+    "KV cache, e.g. 16 for a 135M model's 8 x 1,024-token rows on a CPU.", lower_bound=1)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -134,7 +139,32 @@ class Sampler:
                                          None if method.tree_slots is None else settings,
                                          context=context)
 
-    def __call__(self, params, rng: jax.Array, tasks: Sequence[int]):
+    def __call__(self, params, rng: jax.Array, tasks: Sequence[int],
+                 groups_per_call: int | None = None):
+        """All tasks in one call, or in calls of `groups_per_call` tasks (the KV cache of every
+        row of a call is resident: a real model's 1,024 rows of 1,024 positions do not fit a
+        CPU's memory). Call c draws from fold_in(rng, c); one call uses rng itself."""
+        size = groups_per_call or len(tasks)
+        chunks = [list(tasks[i:i + size]) for i in range(0, len(tasks), size)]
+        keys = [rng] if len(chunks) == 1 else [jax.random.fold_in(rng, c)
+                                                for c in range(len(chunks))]
+        parts = [self._sample(params, key, chunk) for key, chunk in zip(keys, chunks)]
+        if len(parts) == 1:
+            return parts[0]
+        batches, offset = [], 0
+        for (batch, _, _), chunk in zip(parts, chunks):
+            # ids unique across calls (group_diversity groups rows by group id)
+            k = self.context.group_size
+            batches.append(batch.renumbered(offset, offset * k, offset * k))
+            offset += len(chunk)
+        batch = concatenate(batches, self.context.tokenizer.pad_id)
+        if self.method.tree_slots is None:
+            return batch, {}, None
+        out = jax.tree_util.tree_map(lambda *x: np.concatenate(x),
+                                     *[jax.device_get(o) for _, _, o in parts])
+        return batch, tree_stats(out, self.method.tree_slots), out
+
+    def _sample(self, params, rng: jax.Array, tasks: Sequence[int]):
         if self.method.tree_slots is None:
             batch, metrics = self.strategy.sample(params, rng, tasks, 0)
             return batch, metrics, None
@@ -235,13 +265,13 @@ def summed_events(events: Sequence[dict]) -> dict:
 # ----------------------------------------------------------------------------- the job
 
 def run_method(sampler: Sampler, params, tasks: Sequence[int], seeds: Sequence[int],
-               edges: Sequence[int]) -> dict:
+               edges: Sequence[int], groups_per_call: int | None = None) -> dict:
     """One warm-up call (untimed: it compiles), then one timed call per seed."""
-    sampler(params, jax.random.key(seeds[0]), tasks)
+    sampler(params, jax.random.key(seeds[0]), tasks[:groups_per_call or len(tasks)])
     per_seed, events = {}, []
     for seed in seeds:
         start = time.perf_counter()
-        batch, metrics, out = sampler(params, jax.random.key(seed), tasks)
+        batch, metrics, out = sampler(params, jax.random.key(seed), tasks, groups_per_call)
         seconds = time.perf_counter() - start
         per_seed[seed] = seed_metrics(batch, metrics, seconds, len(tasks))
         if out is not None:
@@ -255,7 +285,7 @@ def run_method(sampler: Sampler, params, tasks: Sequence[int], seeds: Sequence[i
 def run(config, tasks: int = 128, k: int | None = None, seeds: Sequence[int] = (0, 1, 2),
         methods: Sequence[str] = METHODS, eta: float = 0.5, output: str | None = None,
         checkpoint: str | None = None, policy: Policy | None = None, bins: int = 8,
-        machine: dict | None = None) -> dict:
+        machine: dict | None = None, groups_per_call: int | None = None) -> dict:
     """Samples `tasks` held-out tasks x k rollouts with every method and seed; prints the table
     and returns (and writes to `output`, if given) the results. `policy` replaces loading
     `checkpoint` (or config.model.name); `machine` replaces `machine_info()`."""
@@ -275,11 +305,13 @@ def run(config, tasks: int = 128, k: int | None = None, seeds: Sequence[int] = (
     edges = bin_edges(n, bins)
     check_prompts_fit(context, task_ids)
     samplers = [Sampler(m, context, settings) for m in chosen]  # config errors before sampling
-    results = {s.method.name: run_method(s, policy.params, task_ids, list(seeds), edges)
+    results = {s.method.name: run_method(s, policy.params, task_ids, list(seeds), edges,
+                                         groups_per_call)
                for s in samplers}
     result = {"policy": policy.source, "env": exp.env.to_dict(), "tasks": task_ids, "k": k,
               "max_action_tokens": n, "plain_forward_budget_per_group": k * (n - 1),
               "seeds": list(seeds), "eta": eta, "confidence": CONFIDENCE,
+              "groups_per_call": groups_per_call,
               "latr": settings.to_dict(), "histogram_edges": edges, "methods": results,
               "config": config.to_dict(), "machine": machine_info() if machine is None else machine}
     print(f"LATR sampling study of {policy.source} on {exp.env.name}: {tasks} held-out tasks x "
@@ -347,9 +379,12 @@ def main(argv: list[str]) -> None:
         make_methods(_METHODS.value, 1, _ETA.value)
     except ValueError as e:
         fail(f"--methods={e}")
+    if _GROUPS_PER_CALL.value and _TASKS.value % _GROUPS_PER_CALL.value:
+        fail(f"--groups_per_call={_GROUPS_PER_CALL.value} does not divide --tasks={_TASKS.value} "
+             "(every call has the shape the warm-up compiled)")
     output = checked_output(_OUTPUT.value)
     run(_CONFIG.value, _TASKS.value, _K.value, seeds, _METHODS.value, _ETA.value, output,
-        _CHECKPOINT.value, bins=_BINS.value)
+        _CHECKPOINT.value, bins=_BINS.value, groups_per_call=_GROUPS_PER_CALL.value)
 
 
 def with_default_config(argv: list[str]) -> list[str]:

@@ -206,3 +206,37 @@ def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_pat
 
     bad_flag, = wait_jobs(bad_flag)
     assert_one_line_error(bad_flag, 2, "--methods=latr,beam", "independent, latr, hybrid")
+
+
+def test_the_study_samples_in_calls_of_groups_per_call_tasks():
+    """Six tasks in two calls of three (the kernel shape compiled above): one batch with unique
+    group ids, equal to the two calls made directly with keys fold_in(key, call), and LATR's
+    statistics over the concatenated kernel outputs."""
+    model_config, params = peaky_model()
+    exp = Experiment.from_config(_config())
+    context = RolloutContext(model_config, ByteTokenizer(), exp.env.eval_factory(),
+                             exp.rollout.engine(), K)
+    settings = exp.rollout.part_settings("latr")
+    tasks, key = eval_seeds(2 * STUDY_TASKS), jax.random.key(5)
+    for method in latr_sampling.make_methods(["independent", "latr"], K, 0.5):
+        sampler = latr_sampling.Sampler(method, context, settings)
+        batch, stats, out = sampler(params, key, tasks, groups_per_call=STUDY_TASKS)
+        first = sampler(params, jax.random.fold_in(key, 0), tasks[:STUDY_TASKS])
+        second = sampler(params, jax.random.fold_in(key, 1), tasks[STUDY_TASKS:])
+        assert len(batch) == 2 * STUDY_TASKS * K
+        assert sorted(set(batch.group_ids.tolist())) == list(range(2 * STUDY_TASKS))
+        np.testing.assert_array_equal(batch.episode_ids, np.arange(2 * STUDY_TASKS * K))
+        for part, rows in ((first, slice(0, STUDY_TASKS * K)),
+                           (second, slice(STUDY_TASKS * K, None))):
+            width = part[0].tokens.shape[1]
+            np.testing.assert_array_equal(batch.tokens[rows, :width], part[0].tokens)
+            assert [i["action"] for i in batch.infos[rows]] == \
+                [i["action"] for i in part[0].infos]
+        if method.tree_slots is None:
+            assert out is None and stats == {}
+            continue
+        np.testing.assert_array_equal(out.tokens, np.concatenate([first[2].tokens,
+                                                                  second[2].tokens]))
+        assert stats["latr/forwards"] == first[1]["latr/forwards"] + second[1]["latr/forwards"]
+        assert stats["latr/branches_per_group"] == pytest.approx(
+            (first[1]["latr/branches_per_group"] + second[1]["latr/branches_per_group"]) / 2)

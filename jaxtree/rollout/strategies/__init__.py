@@ -11,8 +11,8 @@ from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, Rollout
                                              require_slots)
 from jaxtree.rollout.strategies.independent import sample_independent
 from jaxtree.rollout.strategies.latr import (LatrRolloutConfig, eta_at, num_tree_slots,
-                                             sample_latr, sample_latr_trees)
+                                             sample_latr, sample_latr_trees, tree_stats)
 
 __all__ = ["STRATEGIES", "LatrRolloutConfig", "RolloutContext", "RolloutStage", "RolloutStrategy",
            "build_strategy", "check_stage", "eta_at", "num_tree_slots", "require_slots",
-           "sample_independent", "sample_latr", "sample_latr_trees"]
+           "sample_independent", "sample_latr", "sample_latr_trees", "tree_stats"]

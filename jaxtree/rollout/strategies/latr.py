@@ -138,8 +138,13 @@ def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, para
                 np.concatenate([np.zeros(len(prompt), np.float32),
                                 out.logprobs[g, j, :n]]).astype(np.float32),
                 np.zeros(len(prompt) + n, np.int32)))
+    return assemble(records, tokenizer.pad_id), tree_stats(out, tree_slots), out
+
+
+def tree_stats(out: LatrOutput, tree_slots: int) -> dict[str, float]:
+    """The `latr/*` metrics of a kernel output (host arrays, any number of groups P)."""
     generated = max(int(out.mask.sum()), 1)
-    stats = {
+    return {
         "latr/tree_slots": tree_slots,
         "latr/saturation_length": float(out.tree_end_step.mean()),
         "latr/branching_ratio": float(out.num_branches.sum()) / generated,
@@ -149,7 +154,6 @@ def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, para
         "latr/forked_rows": int((out.fork_position >= 0).sum()),
         "latr/forwards": int(out.forwards.sum()),
     }
-    return assemble(records, tokenizer.pad_id), stats, out
 
 
 @STRATEGIES.register("latr", LatrRolloutConfig)

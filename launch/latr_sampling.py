@@ -151,12 +151,10 @@ class Sampler:
         parts = [self._sample(params, key, chunk) for key, chunk in zip(keys, chunks)]
         if len(parts) == 1:
             return parts[0]
-        batches, offset = [], 0
-        for (batch, _, _), chunk in zip(parts, chunks):
-            # ids unique across calls (group_diversity groups rows by group id)
-            k = self.context.group_size
-            batches.append(batch.renumbered(offset, offset * k, offset * k))
-            offset += len(chunk)
+        # ids unique across calls (group_diversity groups rows by group id)
+        k, starts = self.context.group_size, np.cumsum([0] + [len(c) for c in chunks]).tolist()
+        batches = [batch.renumbered(start, start * k, start * k)
+                   for (batch, _, _), start in zip(parts, starts)]
         batch = concatenate(batches, self.context.tokenizer.pad_id)
         if self.method.tree_slots is None:
             return batch, {}, None

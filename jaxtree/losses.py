@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtree.config import Section, between, non_negative, one_of, option
+from jaxtree.models.token_scores import token_entropy, token_logprobs  # noqa: F401 (re-exported)
 
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
 
@@ -213,23 +214,3 @@ def summarize_loss_metrics(sums: dict) -> dict:
         kl_loss=sums["kl_loss"],
         entropy_loss=sums["entropy_loss"],
     )
-
-
-def token_entropy(logits) -> jax.Array:
-    """Entropy of softmax(logits) over the last axis: logits float32[..., V] -> float32[...].
-
-    Stable for large logits (log_softmax subtracts the maximum) and for -inf logits (masked
-    vocabulary entries contribute 0 rather than 0 * -inf).
-    """
-    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-    p = jnp.exp(logp)
-    return -(p * jnp.where(p > 0, logp, 0.0)).sum(axis=-1)
-
-
-def token_logprobs(logits, targets) -> jax.Array:
-    """log softmax(logits) at `targets`.
-
-    logits float[N, T, V], targets int32[N, T] -> float32[N, T].
-    """
-    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-    return jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], axis=-1)[..., 0]

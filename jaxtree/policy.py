@@ -10,9 +10,10 @@ import os
 import jax
 
 from jaxtree import models
-from jaxtree.config import ConfigError, Section, one_of, option
+from jaxtree.config import ConfigError, Section, non_negative, one_of, option
 from jaxtree.models.gguf_io import is_gguf_path
 from jaxtree.models.named import NAMED_MODELS, resolve_named_model
+from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 from jaxtree.checkpoints import (is_policy_checkpoint, load_policy_checkpoint,
@@ -42,6 +43,16 @@ class ModelSpec(Section):
     dtype: str = option("", "computation dtype ('' = float32 on CPU, bfloat16 on accelerators)",
                         check=one_of(("", "float32", "bfloat16")))
     init_seed: int = option(0, "seed of a preset's random initialisation")
+    remat: bool = option(False, "training: recompute each block's activations in the backward "
+                         "pass instead of storing them (less memory, ~1/3 more compute)")
+    logits_chunk: int = option(0, "training: positions per chunk of the vocabulary projection "
+                               "in the losses, recomputed in the backward pass (0 = all at "
+                               "once; 256 keeps a 49k vocabulary's logits small)",
+                               check=non_negative())
+
+    def training_memory(self) -> TrainingMemory:
+        """The remat / logits-chunk trade-offs of the update and warm-start steps."""
+        return TrainingMemory(remat=self.remat, logits_chunk=self.logits_chunk)
 
     def check(self):
         if not self.name:

@@ -5,6 +5,8 @@
     python -m launch.benchmark envs --episodes=50
     python -m launch.benchmark rollout --slots=64,256 --rollout_episodes=512
     python -m launch.benchmark train --models=tiny,small-25m --micro_batches=8,32
+    python -m launch.benchmark train --models=smollm2-135m-instruct --train_rows=1 \
+        --seq_len=1024 --micro_batches=1 --memory_modes=none,remat,chunk:256,remat+chunk:256
     python -m launch.benchmark latr --lengths=128,256 --prompts=8,32
     python -m launch.benchmark credit --rows=4096 --turns=16
     python -m launch.benchmark mc_values --policy=/tmp/tictactoe_sft --env=tictactoe --continuations=4
@@ -45,6 +47,11 @@ _ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per a
 _TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minibatch.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 384, "train: tokens per sequence.")
 _MICRO_BATCHES = flags.DEFINE_list("micro_batches", ["8", "32"], "train: micro-batch sizes.")
+_MEMORY_MODES = flags.DEFINE_list("memory_modes", ["none"],
+                                  "train: training-memory modes (none, remat, chunk:N, "
+                                  "remat+chunk:N); the first is the baseline.")
+_FLOPS = flags.DEFINE_boolean("flops", True, "train: also count the step's FLOPs (one more "
+                              "compilation, of the whole minibatch in one micro-batch).")
 _LENGTHS = flags.DEFINE_list("lengths", ["128", "256"], "latr: tokens per rollout.")
 _PROMPTS = flags.DEFINE_list("prompts", ["8", "32"], "latr: prompt groups.")
 _K = flags.DEFINE_integer("k", 8, "latr: rollouts per prompt.")
@@ -92,8 +99,13 @@ def main(argv):
     elif name == "train":
         from launch.benchmarks import train  # noqa: PLC0415
 
+        try:
+            modes = [train.parse_memory_mode(m) and m for m in _MEMORY_MODES.value]
+        except ValueError as e:
+            fail(f"--memory_modes: {e}")
         train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
-                  [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output)
+                  [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output,
+                  memory_modes=modes, with_flops=_FLOPS.value)
     elif name == "latr":
         from launch.benchmarks import latr  # noqa: PLC0415
 

@@ -86,3 +86,16 @@ def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, c
     assert forked["continuation_steps"] >= 3 * forked["main_steps"]
     out = capsys.readouterr().out
     assert "| rtmc total (host + device)" in out and "| mc_values m=3" in out
+
+
+def test_train_benchmark_compares_memory_modes(tmp_path, capsys):
+    from launch.benchmarks import train
+    train.run(["tiny"], rows=4, seq_len=16, micro_batches=[4], repeats=1,
+              output=str(tmp_path / "train.json"), memory_modes=("none", "remat+chunk:8"),
+              with_flops=False)
+    results = json.loads((tmp_path / "train.json").read_text())["results"]
+    assert [r["memory_mode"] for r in results] == ["none", "remat+chunk:8"]
+    assert all(r["temp_bytes"] > 0 and r["seconds"] > 0 for r in results)
+    assert "| tiny  | 4           | remat+chunk:8" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="chunk:N"):
+        train.parse_memory_mode("chunk:0")

@@ -19,6 +19,7 @@ from jaxtree.rollout import RolloutConfig, SlotEngine, conversation, sample_inde
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
 from jaxtree import checkpoints
+from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.train.sft import make_optimizer, masked_nll, pad_batch, sft_step
 
 TOK = ByteTokenizer()
@@ -149,9 +150,14 @@ def test_sft_and_rollouts_work_for_hugging_face_checkpoints(tmp_path):
     params, opt_state = policy.params, optimizer.init(policy.params)
     tokens, mask = pad_batch([d.tokens for d in demos], [d.loss_mask for d in demos],
                              policy.tokenizer.pad_id)
+    # a real vocabulary's memory knobs (remat, chunked logits), as configs for real models set
+    memory = TrainingMemory(remat=True, logits_chunk=64)
+    expected, _ = masked_nll(policy.config, params, tokens, mask)
     for _ in range(2):
         params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
-                                              tokens, mask)
+                                              tokens, mask, memory)
+        if _ == 0:
+            np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-5)
     assert np.isfinite(float(metrics["loss"]))
     checkpoints.save_policy(str(tmp_path / "work"), 2, params, policy.config,
                             policy.tokenizer_spec)

@@ -242,9 +242,19 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """The policy network. See `__call__` for the two calling modes."""
+    """The policy network. See `__call__` for the two calling modes.
+
+    remat: recompute each block's activations in the backward pass instead of storing them
+    (training memory, `jaxtree.models.token_scores`); the parameters are the same either way.
+    The blocks then run as one `lax.scan` over their stacked parameters with a checkpointed
+    body: with the blocks unrolled, XLA's CPU pipeline drops the optimization barriers that
+    `jax.checkpoint` places and common-subexpression elimination merges the recomputation back
+    into the forward pass (measured: no saving at all), while a loop body cannot be merged.
+    Stacking costs one copy of the block parameters (and of their gradients).
+    """
 
     config: ModelConfig
+    remat: bool = False
 
     @nn.compact
     def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
@@ -290,12 +300,16 @@ class Transformer(nn.Module):
                          embedding_init=nn.initializers.normal(0.02), name="embed")
         x = embed(tokens)
         new_keys, new_values = [], []
-        for i in range(cfg.num_layers):
-            layer_kv = None if cache is None else (cache.keys[i], cache.values[i])
-            x, new_kv = Block(cfg, name=f"layers_{i}")(x, positions, mask, layer_kv, offsets)
-            if new_kv is not None:
-                new_keys.append(new_kv[0])
-                new_values.append(new_kv[1])
+        if self.remat and cache is None and not self.is_initializing():
+            x = self._rematerialized_blocks(x, positions, mask)
+        else:
+            for i in range(cfg.num_layers):
+                layer_kv = None if cache is None else (cache.keys[i], cache.values[i])
+                x, new_kv = Block(cfg, name=f"layers_{i}")(x, positions, mask, layer_kv,
+                                                           offsets)
+                if new_kv is not None:
+                    new_keys.append(new_kv[0])
+                    new_values.append(new_kv[1])
         x = _norm(cfg, "final_norm")(x)
         if last_only:
             last = jnp.clip(chunk_lengths - 1, 0, chunk - 1)
@@ -311,3 +325,18 @@ class Transformer(nn.Module):
         else:
             logits = _dense(cfg.vocab_size, False, cfg, "lm_head")(x)
         return logits.astype(jnp.float32), new_cache
+
+    def _rematerialized_blocks(self, x, positions, mask):
+        """All blocks on x: [B, T, D] as a scan over their stacked parameters, each block
+        recomputed in the backward pass (see the class docstring)."""
+        cfg = self.config
+        params = self.variables["params"]
+        stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves),
+                                         *[params[f"layers_{i}"] for i in range(cfg.num_layers)])
+
+        @jax.checkpoint
+        def block(x, layer_params):
+            return Block(cfg).apply({"params": layer_params}, x, positions, mask)[0], None
+
+        x, _ = jax.lax.scan(block, x, stacked)
+        return x

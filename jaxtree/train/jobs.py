@@ -65,7 +65,8 @@ def sft_job(config, workdir: str, overwrite: bool = False) -> str | None:
             return done
         result = warm_start(exp.sft, exp.model.load(), exp.env.factory(),
                             exp.rollout.context_length, workdir,
-                            {"job": "sft", "config": config.to_dict()}, stop)
+                            {"job": "sft", "config": config.to_dict()}, stop,
+                            exp.model.training_memory())
     return result.path
 
 
@@ -111,7 +112,8 @@ def initial_policy(exp: Experiment, config_dict: dict[str, Any], workdir: str,
     if exp.train.init == "model":
         return exp.model.load()
     result = warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
-                        os.path.join(workdir, "sft"), {"job": "sft", "config": config_dict}, stop)
+                        os.path.join(workdir, "sft"), {"job": "sft", "config": config_dict}, stop,
+                        exp.model.training_memory())
     return exp.model.load(result.path) if result.finished else None
 
 

@@ -15,27 +15,27 @@ import numpy as np
 import optax
 
 from jaxtree.models.config import ModelConfig
-from jaxtree.models.transformer import Transformer
+from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.utils import round_up
 
 
-def masked_nll(config: ModelConfig, params, tokens: jax.Array, mask: jax.Array):
+def masked_nll(config: ModelConfig, params, tokens: jax.Array, mask: jax.Array,
+               memory: TrainingMemory = TrainingMemory()):
     """Mean negative log-likelihood of the masked tokens given everything before them.
 
     Args:
       tokens: int32[B, T]; mask: bool[B, T].
+      memory: remat / logits-chunk trade-offs (`jaxtree.models.token_scores`).
 
     Returns:
-      (loss float32[], metrics {'loss', 'token_accuracy', 'target_tokens'}).
+      (loss float32[], metrics {'loss', 'token_accuracy', 'target_tokens'}); a token counts as
+      accurate when it is the model's greedy choice.
     """
-    logits, _ = Transformer(config).apply({"params": params}, tokens[:, :-1])
-    targets = tokens[:, 1:]
-    weights = mask[:, 1:].astype(jnp.float32)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    logprobs, _, greedy = token_scores(config, params, tokens, memory)
+    weights = jnp.asarray(mask).at[:, 0].set(False).astype(jnp.float32)  # token 0: no context
     count = jnp.maximum(weights.sum(), 1.0)
-    loss = (nll * weights).sum() / count
-    accuracy = ((jnp.argmax(logits, axis=-1) == targets) * weights).sum() / count
+    loss = -(logprobs * weights).sum() / count
+    accuracy = (greedy * weights).sum() / count
     return loss, {"loss": loss, "token_accuracy": accuracy, "target_tokens": weights.sum()}
 
 
@@ -49,14 +49,14 @@ def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int,
                        optax.adamw(schedule, weight_decay=weight_decay))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "optimizer"),
+@functools.partial(jax.jit, static_argnames=("config", "optimizer", "memory"),
                    donate_argnames=("params", "opt_state"))
 def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, params, opt_state,
-             tokens: jax.Array, mask: jax.Array):
+             tokens: jax.Array, mask: jax.Array, memory: TrainingMemory = TrainingMemory()):
     """One optimizer step; a non-finite loss or gradient leaves params and state unchanged and
     reports `skipped` = 1."""
     (loss, metrics), grads = jax.value_and_grad(masked_nll, argnums=1, has_aux=True)(
-        config, params, tokens, mask)
+        config, params, tokens, mask, memory)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)

@@ -148,7 +148,7 @@ class Trainer:
             exp.optim, t.steps * t.epochs * t.num_minibatches)
         try:
             self.updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size,
-                                   exp.mesh.make(), policy.params)
+                                   exp.mesh.make(), policy.params, exp.model.training_memory())
         except ValueError as e:
             raise ConfigError("mesh", str(e)) from e
         self.reference = self.updater.place_params(policy.params)

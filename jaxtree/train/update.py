@@ -34,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtree import losses
 from jaxtree.config import Section, between, non_negative, one_of, option, positive
 from jaxtree.models.config import ModelConfig
-from jaxtree.models.transformer import Transformer
+from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.parallel import mesh as mesh_lib
 
 BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
@@ -98,28 +98,14 @@ def optimizer_from_config(optim: OptimConfig, total_steps: int):
                           max_grad_norm=optim.max_grad_norm, b1=optim.b1, b2=optim.b2), schedule
 
 
-def token_logprobs_and_entropy(model_config: ModelConfig, params, tokens: jax.Array):
-    """Per-token log-prob of each token given the ones before it, and the policy's entropy there.
-
-    tokens: int32[B, T]. Returns (logprobs float32[B, T], entropy float32[B, T]); column 0 (no
-    context) is 0 in both.
-    """
-    logits, _ = Transformer(model_config).apply({"params": params}, tokens[:, :-1])
-    logits = logits.astype(jnp.float32)
-    logprobs = losses.token_logprobs(logits, tokens[:, 1:])
-    entropy = losses.token_entropy(logits)
-    pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
-    return (jnp.concatenate([pad, logprobs], axis=1), jnp.concatenate([pad, entropy], axis=1))
-
-
 def _micro_batches(x: jax.Array, count: int) -> jax.Array:
     """[B, ...] -> [count, B / count, ...] with micro-batch m holding rows m, m + count, ..."""
     rows = x.shape[0] // count
     return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _loss_fn(model_config, loss_config: losses.LossConfig, params, mb):
-    logprobs, entropy = token_logprobs_and_entropy(model_config, params, mb["tokens"])
+def _loss_fn(model_config, loss_config: losses.LossConfig, memory: TrainingMemory, params, mb):
+    logprobs, entropy, _ = token_scores(model_config, params, mb["tokens"], memory)
     use_kl = loss_config.kl_coef > 0
     use_entropy = loss_config.entropy_coef > 0
     loss, sums = losses.policy_loss(
@@ -138,8 +124,10 @@ def _loss_fn(model_config, loss_config: losses.LossConfig, params, mb):
 def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
                 loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
                 batch: dict[str, jax.Array],
-                micro_batch_sharding: NamedSharding | None = None):
-    """One optimizer step on one minibatch (the module docstring lists `batch`).
+                micro_batch_sharding: NamedSharding | None = None,
+                memory: TrainingMemory = TrainingMemory()):
+    """One optimizer step on one minibatch (the module docstring lists `batch`); `memory` trades
+    compute for activation memory (`jaxtree.models.token_scores`).
 
     Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
     """
@@ -152,7 +140,7 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     if micro_batch_sharding is not None:
         mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
                for k, v in mbs.items()}
-    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config),
+    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config, memory),
                                  has_aux=True)
 
     def accumulate(carry, mb):
@@ -188,15 +176,17 @@ class Updater:
     Parameters and optimizer state live sharded by `mesh.param_shardings`; batches are split by
     rows over data x fsdp (their row count must be a multiple of `row_multiple`, the micro-batch
     size, itself a multiple of data x fsdp so every device gets rows of every micro-batch). The state is
-    donated: the caller must use the returned state.
+    donated: the caller must use the returned state. `memory` trades compute for activation memory
+    in the update and the reference log-probs (`jaxtree.models.token_scores`).
     """
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
                  loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
-                 params_template):
+                 params_template, memory: TrainingMemory = TrainingMemory()):
         self.model_config = model_config
         self.optimizer = optimizer
         self.loss_config = loss_config
+        self.memory = memory
         self.mesh = mesh
         self.param_shardings = mesh_lib.param_shardings(params_template, mesh)
         opt_template = jax.eval_shape(optimizer.init, params_template)
@@ -213,7 +203,7 @@ class Updater:
         mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
         self._step = jax.jit(
             functools.partial(update_step, model_config, optimizer, loss_config, micro_batch_size,
-                              micro_batch_sharding=mb_sharding),
+                              micro_batch_sharding=mb_sharding, memory=memory),
             in_shardings=(self.state_shardings, self.batch_sharding),
             out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),
             donate_argnums=(0,))
@@ -221,7 +211,7 @@ class Updater:
                              in_shardings=(self.param_shardings,),
                              out_shardings=self.param_shardings)
         self._logprobs = jax.jit(
-            lambda params, tokens: token_logprobs_and_entropy(model_config, params, tokens)[0],
+            lambda params, tokens: token_scores(model_config, params, tokens, memory)[0],
             in_shardings=(self.param_shardings, self.batch_sharding),
             out_shardings=self.batch_sharding)
 

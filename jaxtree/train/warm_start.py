@@ -27,6 +27,7 @@ from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tasks import train_seeds
 from jaxtree.train.metrics import keep_records_until
+from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.train.sft import make_optimizer, pad_batch, sft_step
 from jaxtree.train.stop import StopRequest
 from jaxtree.utils import report
@@ -73,9 +74,11 @@ def finished_checkpoint(workdir: str) -> str | None:
 
 def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[], TextEnv],
                context_length: int, workdir: str, metadata: dict[str, Any],
-               stop: StopRequest | None = None) -> WarmStartResult:
+               stop: StopRequest | None = None,
+               memory: TrainingMemory = TrainingMemory()) -> WarmStartResult:
     """Trains `policy` on demonstrations of at most `context_length` tokens and checkpoints it
-    into `workdir` (metadata added to the checkpoint's).
+    into `workdir` (metadata added to the checkpoint's); `memory` trades compute for activation
+    memory (`jaxtree.models.token_scores`).
 
     Resumable: a finished warm start in `workdir` is returned as it is; an interrupted one (a
     stop request, SIGTERM / SIGINT, saved params + optimizer state + the batch sampler's state)
@@ -83,7 +86,8 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
     """
     if stop is None:
         with StopRequest() as own:
-            return warm_start(settings, policy, make_env, context_length, workdir, metadata, own)
+            return warm_start(settings, policy, make_env, context_length, workdir, metadata, own,
+                              memory)
     done = finished_checkpoint(workdir)
     if done is not None:
         return WarmStartResult(done, True, int(os.path.basename(done)))
@@ -129,7 +133,7 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
                                          [demos[i].loss_mask for i in batch],
                                          policy.tokenizer.pad_id)
                 params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
-                                                      tokens, mask)
+                                                      tokens, mask, memory)
                 if step % s.log_every == 0 or step == s.steps:
                     record = {"step": step,
                               **{k: float(v) for k, v in jax.device_get(metrics).items()}}

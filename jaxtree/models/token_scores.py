@@ -1,0 +1,138 @@
+"""Per-token scores of whole sequences under the model, for the losses: log-prob of each token
+given the ones before it, the policy's entropy there, and whether the token was the greedy one.
+
+Training a real vocabulary at long contexts is bounded by memory, not FLOPs: the logits of a
+(micro-)batch are [B, T, V] float32 (B = 1, T = 2,048, V = 49,152: 400 MB), and log-softmax and
+its gradient hold several such arrays; every layer's attention probabilities ([B, H, T, T]) and
+MLP activations are kept for the backward pass. Two knobs, both exact (the same numbers, up to
+float reassociation, for less memory and more compute):
+
+  remat         recompute each transformer block's activations in the backward pass instead of
+                storing them (`nn.remat` per block): the stored state is one [B, T, D] residual per
+                layer instead of its attention and MLP intermediates.
+  logits_chunk  project the final hidden states onto the vocabulary `logits_chunk` positions at a
+                time under `jax.checkpoint`, so neither the forward nor the backward pass ever
+                holds more than [B, logits_chunk, V] logits (0: all positions at once).
+
+They travel as `TrainingMemory`, a frozen (hashable, jit-static) value built from the `model`
+config section (`model.remat`, `model.logits_chunk`) and handed to the update and warm-start
+steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.transformer import Transformer
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingMemory:
+    """How a training forward pass trades compute for memory (see the module docstring)."""
+
+    remat: bool = False
+    logits_chunk: int = 0
+
+    def __post_init__(self):
+        if self.logits_chunk < 0:
+            raise ValueError(f"logits_chunk={self.logits_chunk} must be >= 0 (0: no chunking)")
+
+
+def output_logits(config: ModelConfig, params: dict, hidden: jax.Array) -> jax.Array:
+    """The language-model head on hidden states after the final norm: [..., D] -> float32[..., V].
+
+    Computes what `Transformer` computes after its final norm (the tied embedding's `attend` or the
+    `lm_head` projection, in the compute dtype), so chunked and whole-sequence logits agree.
+    """
+    dtype = config.compute_dtype
+    if config.tie_word_embeddings:
+        weight = params["embed"]["embedding"].astype(dtype)  # [V, D]
+        logits = jnp.einsum("...d,vd->...v", hidden.astype(dtype), weight)
+    else:
+        weight = params["lm_head"]["kernel"].astype(dtype)  # [D, V]
+        logits = jnp.einsum("...d,dv->...v", hidden.astype(dtype), weight)
+    return logits.astype(jnp.float32)
+
+
+def token_entropy(logits) -> jax.Array:
+    """Entropy of softmax(logits) over the last axis: logits float32[..., V] -> float32[...].
+
+    Stable for large logits (log_softmax subtracts the maximum) and for -inf logits (masked
+    vocabulary entries contribute 0 rather than 0 * -inf).
+    """
+    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+    p = jnp.exp(logp)
+    return -(p * jnp.where(p > 0, logp, 0.0)).sum(axis=-1)
+
+
+def token_logprobs(logits, targets) -> jax.Array:
+    """log softmax(logits) at `targets`: logits float[..., V], targets int32[...] -> float32[...]."""
+    logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], axis=-1)[..., 0]
+
+
+def _scores_from_logits(logits: jax.Array, targets: jax.Array):
+    """logits float32[..., V], targets int32[...] -> (log-prob, entropy, greedy hit), each [...];
+    a hit is `target's logit == max logit` (a tie counts as a hit). XLA computes the shared
+    log-softmax once."""
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return (token_logprobs(logits, targets), token_entropy(logits),
+            target_logit >= logits.max(axis=-1))
+
+
+def _head_params(config: ModelConfig, params: dict) -> dict:
+    if config.tie_word_embeddings:
+        return {"embed": params["embed"]}
+    return {"lm_head": params["lm_head"]}
+
+
+def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
+                 memory: TrainingMemory = TrainingMemory()):
+    """Each token's log-prob given the tokens before it, the entropy there, and its greedy hit.
+
+    Args:
+      config: the architecture.
+      params: the parameter pytree.
+      tokens: int32[B, T], each row a sequence starting at position 0 (right padding is
+        harmless: causal attention never lets a real token see the padding after it).
+      memory: the remat / logits-chunk trade-offs (results agree to float reassociation).
+
+    Returns:
+      (logprobs float32[B, T], entropy float32[B, T], greedy bool[B, T]); column 0 (no context)
+      is 0 / 0 / False.
+    """
+    batch, width = tokens.shape
+    hidden, _ = Transformer(config, remat=memory.remat).apply(
+        {"params": params}, tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
+    targets = tokens[:, 1:]
+    head = _head_params(config, params)
+
+    def chunk_scores(head, hidden_chunk, target_chunk):
+        return _scores_from_logits(output_logits(config, head, hidden_chunk), target_chunk)
+
+    positions = width - 1
+    chunk = memory.logits_chunk
+    if chunk <= 0 or chunk >= positions:
+        logprobs, entropy, greedy = chunk_scores(head, hidden, targets)
+    else:
+        count = -(-positions // chunk)
+        pad = count * chunk - positions
+        hidden_c = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        targets_c = jnp.pad(targets, ((0, 0), (0, pad)))
+        # [count, B, chunk, ...]: the scan's leading axis walks the sequence
+        hidden_c = hidden_c.reshape(batch, count, chunk, -1).swapaxes(0, 1)
+        targets_c = targets_c.reshape(batch, count, chunk).swapaxes(0, 1)
+        # checkpointed: the backward pass recomputes one chunk's logits at a time
+        body = jax.checkpoint(chunk_scores)
+        _, (logprobs, entropy, greedy) = jax.lax.scan(
+            lambda carry, xs: (carry, body(head, *xs)), None, (hidden_c, targets_c))
+        unchunk = lambda x: x.swapaxes(0, 1).reshape(batch, count * chunk)[:, :positions]
+        logprobs, entropy, greedy = unchunk(logprobs), unchunk(entropy), unchunk(greedy)
+    first = lambda x: jnp.zeros((batch, 1), x.dtype)
+    return (jnp.concatenate([first(logprobs), logprobs], axis=1),
+            jnp.concatenate([first(entropy), entropy], axis=1),
+            jnp.concatenate([first(greedy), greedy], axis=1))

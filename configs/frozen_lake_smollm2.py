@@ -10,10 +10,11 @@ the batch on an accelerator).
 The model is found by name in the model folder (README: "A real chat model"). Chat-style
 observations are ~150 tokens a turn, so 10 turns fit 2,048 positions; the KV cache of one slot
 then holds 2,048 x 30 layers x 3 KV heads x 64 x 2 (keys, values) x 4 bytes = 94 MB in float32,
-which is what bounds the slot count on a 24 GB machine (16 slots: 1.5 GB). The losses
-materialise the logits of every token of a (micro-)batch, [rows, ~1,500, 49,152] in float32 with
-their gradients and log-softmax: 4 rows per batch peaked at 17.6 GB and was killed on this
-machine, hence one row per SFT batch and per RL micro-batch. The learning rates are
+which is what bounds the slot count on a 24 GB machine (16 slots: 1.5 GB). The losses recompute
+each block and project onto the 49,152-token vocabulary 256 positions at a time
+(`model.remat`, `model.logits_chunk`): one update of 2 rows x 1,024 tokens holds 1.7 GB of
+temporaries instead of 6.1 GB, for 1.2x the time (docs/benchmarks.md); without them 4 rows of
+~1,500 tokens peaked at 17.6 GB and were killed on this machine. The learning rates are
 the small-model end of the papers' ranges (SFT 1e-5, RL 1e-6 in PATR/LATR for 0.5B-7B models,
 here 2e-5 and 1e-6) rather than the tiny model's.
 """
@@ -26,11 +27,11 @@ def get_config():
                                              style="chat"),
                          context_length=2048, max_action_tokens=48, epsilon=0.2)
     return rl_config(config, "grpo", {
-        "model.name": "smollm2-135m-instruct",
-        "sft.num_episodes": 64, "sft.steps": 8, "sft.batch_size": 1,
+        "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
+        "sft.num_episodes": 64, "sft.steps": 8, "sft.batch_size": 4,
         "sft.learning_rate": 2e-5, "sft.warmup_steps": 2, "sft.log_every": 1,
         "rollout.num_slots": 16, "rollout.groups_per_step": 4, "rollout.group_size": 4,
-        "train.steps": 3, "train.micro_batch_size": 1, "optim.learning_rate": 1e-6,
+        "train.steps": 3, "train.micro_batch_size": 2, "optim.learning_rate": 1e-6,
         "eval.num_tasks": 8, "eval.samples_per_task": 1, "eval.every": 3,
         "checkpoint.every": 1,
     })

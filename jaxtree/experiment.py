@@ -169,6 +169,11 @@ class Experiment:
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name).to_dict() for name in SECTIONS}
 
+    @staticmethod
+    def defaults() -> dict[str, Any]:
+        """Every section's default values, nested like `to_dict`."""
+        return {name: section.defaults() for name, section in SECTIONS.items()}
+
 
 # ----------------------------------------------------------------------------- config files
 

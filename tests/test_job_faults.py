@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from jaxtree import checkpoints
-from jaxtree.experiment import set_path, sibling_config
+from jaxtree.experiment import Experiment, set_path, sibling_config
 from jaxtree.policy import load_policy
 from jaxtree.train.metrics import read_jsonl, read_metrics
 from jaxtree.train.warm_start import finished_checkpoint
+from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.workdir import WorkdirError, WorkdirLock
 from toy_run import (CONFIG_FILE, ROOT, TOY, TOY_SFT, assert_one_line_error, flags, start_job,
                      toy_config, wait_jobs)
@@ -189,6 +190,20 @@ def test_train_resumes_past_damage_and_leaves_finished_or_other_config_runs_alon
     finished = _files(workdir)
     assert jobs.train_job(toy_config(3), workdir) is None
     assert _files(workdir) == finished
+
+    # a run recorded by an older jaxtree, before a field existed: that field at its default is
+    # no change, set otherwise it is one
+    config_path = os.path.join(workdir, "config.json")
+    with open(config_path) as f:
+        recorded = json.load(f)
+    del recorded["model"]["remat"]
+    with open(config_path, "w") as f:
+        json.dump(recorded, f)
+    assert jobs.train_job(toy_config(3), workdir) is None
+    assert _files(workdir) == finished
+    assert workdir_lib.config_diff(recorded, {**recorded, "model": {**recorded["model"],
+                                                                    "remat": True}},
+                                   Experiment.defaults()) == ["model.remat: '(absent)' -> True"]
 
     changed = _job("launch.train", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
                    *flags(TOY), "--config.train.steps=3", "--config.optim.learning_rate=0.2",

@@ -57,7 +57,7 @@ def sft_job(config, workdir: str, overwrite: bool = False) -> str | None:
     with workdir_lib.WorkdirLock(workdir, "launch.sft"), StopRequest() as stop:
         if overwrite:
             _overwrite(workdir, SFT_OUTPUTS)
-        workdir_lib.record_config(workdir, exp.to_dict())
+        workdir_lib.record_config(workdir, exp.to_dict(), defaults=exp.defaults())
         done = finished_checkpoint(workdir)
         if done is not None:
             print(f"sft: {workdir} already holds this warm start: {done} (--overwrite trains "
@@ -82,7 +82,8 @@ def train_job(config, workdir: str, stop_after: int | None = None,
     with workdir_lib.WorkdirLock(workdir, "launch.train"), StopRequest() as stop:
         if overwrite:
             _overwrite(workdir, TRAIN_OUTPUTS)
-        workdir_lib.record_config(workdir, exp.to_dict(), allow_config_change)
+        workdir_lib.record_config(workdir, exp.to_dict(), allow_config_change,
+                                  defaults=exp.defaults())
         existing = checkpoints.TrainCheckpointer(workdir)
         done = existing.latest_step()
         existing.close()

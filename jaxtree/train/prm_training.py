@@ -382,7 +382,8 @@ def train_prm_job(config, workdir: str, overwrite: bool = False) -> dict[str, An
         if overwrite:
             removed = workdir_lib.remove_outputs(workdir, OUTPUTS)
             report(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {workdir}")
-        workdir_lib.record_config(workdir, {**exp.to_dict(), "prm": settings.to_dict()})
+        workdir_lib.record_config(workdir, {**exp.to_dict(), "prm": settings.to_dict()},
+                                  defaults={**exp.defaults(), "prm": type(settings).defaults()})
         done = os.path.join(workdir, METRICS_FILE)
         if os.path.exists(done) and os.path.isdir(os.path.join(workdir, PRM_DIR)):
             with open(done) as f:

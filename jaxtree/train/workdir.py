@@ -94,19 +94,26 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def config_diff(old: dict[str, Any], new: dict[str, Any],
+                defaults: dict[str, Any] | None = None) -> list[str]:
     """'field: old -> new' for every leaf that differs (lists and tuples compare equal: JSON has
-    no tuples)."""
+    no tuples). A field absent from `old` whose new value is its default in `defaults` (the same
+    nesting) is no change: a field added to jaxtree since the run started, at the value that
+    keeps the old behaviour."""
     old, new = _flat(json.loads(json.dumps(old))), _flat(json.loads(json.dumps(new)))
+    defaults = _flat(json.loads(json.dumps(defaults or {})))
     missing = object()
     return [f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
             for key in sorted(set(old) | set(new))
-            if old.get(key, missing) != new.get(key, missing)]
+            if old.get(key, missing) != new.get(key, missing)
+            and not (key not in old and key in defaults and new[key] == defaults[key])]
 
 
-def record_config(workdir: str, config: dict[str, Any], allow_change: bool = False) -> list[str]:
+def record_config(workdir: str, config: dict[str, Any], allow_change: bool = False,
+                  defaults: dict[str, Any] | None = None) -> list[str]:
     """Writes `config` (the resolved experiment, every field) to <workdir>/config.json. When the
-    workdir already holds a different one, raises WorkdirError with the diff unless
+    workdir already holds a different one (`config_diff` with the fields' `defaults`), raises
+    WorkdirError with the diff unless
     `allow_change`, in which case the new config replaces it and the diff is returned (and
     appended to <workdir>/config_changes.jsonl, so the run's history stays readable)."""
     path = os.path.join(workdir, CONFIG_FILE)
@@ -117,7 +124,7 @@ def record_config(workdir: str, config: dict[str, Any], allow_change: bool = Fal
                 previous = json.load(f)
         except (OSError, ValueError) as e:
             raise WorkdirError(f"{path} is unreadable ({e}); move it away to start over") from None
-        changes = config_diff(previous, config)
+        changes = config_diff(previous, config, defaults)
         if changes and not allow_change:
             shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more"
                                                if len(changes) > 6 else "")

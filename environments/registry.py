@@ -13,6 +13,7 @@ _REGISTRY: dict[str, str] = {
     "tictactoe": "environments.tictactoe:TicTacToe",
     "sudoku": "environments.sudoku:Sudoku",
     "minesweeper": "environments.minesweeper:Minesweeper",
+    "mini_swe": "environments.mini_swe:MiniSWE",
 }
 
 

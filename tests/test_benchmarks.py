@@ -34,7 +34,8 @@ def test_environment_benchmark_writes_its_table_and_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     names = {r["environment"] for r in report["results"]}
-    assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper"}
+    assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper",
+                     "mini_swe"}
     for row in report["results"]:
         assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1
 

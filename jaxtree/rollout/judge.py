@@ -84,8 +84,9 @@ PROMPTS = {
 
 # App. B's phase rules, most specific first.
 PHASE_PATTERNS = (
-    ("verification", re.compile(r"pytest|unittest|\btests?\b|\bpass(ed)?\b|\bfail(ed|ure)?\b",
-                                re.I)),
+    # `run_tests` needs its own alternative: '_' is a word character, so \btests?\b misses it
+    ("verification", re.compile(r"pytest|unittest|run_tests|\bsubmit\b|\btests?\b|"
+                                r"\bpass(ed)?\b|\bfail(ed|ure)?\b", re.I)),
     ("editing", re.compile(r"\bpatch|\binsert|\breplace|\bedit|sed -i|\bwrite", re.I)),
     ("diagnosis", re.compile(r"\bsearch|\bgrep|\bfind\b|\bcat\b|\bls\b|\bopen\b|\bview|"
                              r"traceback", re.I)),

@@ -31,6 +31,7 @@ CONFIGS = [
     ("sudoku", {}),
     ("sudoku", {"size": 4}),
     ("minesweeper", {}),
+    ("mini_swe", {}),
 ]
 
 

@@ -1,0 +1,752 @@
+"""mini-SWE: the task bank and its mutations, the oracle on every task, sandbox containment of
+hostile code, directory cleanup, the TextEnv protocol, signatures, verifier and process score.
+
+Sandbox runs cost ~50 ms each; hostile code is pointed at a sentinel directory created here, never
+at real host paths.
+"""
+
+import gc
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import environments
+from environments import mini_swe_tasks as tasks
+from environments.mini_swe import Command, MiniSWE, rtmc_action_signature, truncate
+from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, sweep_stale_roots
+
+REPO = Path(__file__).parents[1]
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def make(**options) -> MiniSWE:
+    return environments.make("mini_swe", **options)
+
+
+def play(env, text):
+    return env.step(text)
+
+
+def oracle_play(env):
+    """Plays the oracle to the end; returns the infos."""
+    infos = []
+    while not env.done:
+        action = env.oracle_action()
+        assert env.verify(action), action
+        infos.append(env.step(env.answer_text(action))[3])
+    return infos
+
+
+def snapshot(env):
+    return (env.render(), env.state_signature(), env.canonical_state(), env.done, env.num_steps,
+            env.total_reward)
+
+
+# ---------------------------------------------------------------------- the bank
+
+
+def test_bank_modules_splits_and_sources():
+    assert len(tasks.SINGLE) >= 30 and len(tasks.PAIRS) >= 6
+    train_single, train_pairs = tasks.SPLITS["train"]
+    test_single, test_pairs = tasks.SPLITS["test"]
+    assert set(train_single) | set(test_single) == set(tasks.SINGLE)
+    assert set(train_pairs) | set(test_pairs) == set(tasks.PAIRS)
+    assert not set(train_single + train_pairs) & set(test_single + test_pairs)
+    assert len(test_single) >= 6 and len(test_pairs) >= 2
+    names = set()
+    for task in tasks.TASKS.values():
+        assert task.test_file in task.sources and task.target in task.source_files
+        assert task.two_file == (len(task.source_files) == 2)
+        if task.two_file:  # the bug goes into the helper, which the main module imports
+            main = task.sources[f"{task.main}.py"]
+            assert f"from {task.target[:-3]} import" in main and task.target != f"{task.main}.py"
+        for name, source in task.files:
+            assert source.isascii() and source.startswith('"""'), name
+            assert name[:-3] not in sys.stdlib_module_names and name not in names
+            names.add(name)
+            if name == task.test_file:
+                assert re.search(r"^def test_", source, re.MULTILINE)
+            else:  # no word PATR's phase rules read as verification (module docstring)
+                assert not re.search(r"\b(pass(ed)?|tests?|fail(ed|ure)?)\b", source,
+                                     re.IGNORECASE), name
+        assert task.hidden
+
+
+def test_every_task_fails_before_and_the_oracle_fix_passes_every_test():
+    """All tasks of both splits, every kept mutation, in process (no sandbox): the visible tests
+    fail on the mutant; the oracle's edit (the inverse mutation) makes the visible and the hidden
+    tests pass."""
+    counts = dict.fromkeys(tasks.OPERATORS, 0)
+    for name, task in tasks.TASKS.items():
+        assert tasks.run_in_process(task, task.sources, hidden=True).ok, name
+        env = make(module=name)
+        env.reset(0)
+        kept = tasks.valid_mutations(task)
+        assert kept, name
+        for mutation, failing in kept:
+            counts[mutation.operator] += 1
+            mutant = mutation.apply(task.sources[task.target])
+            outcome = tasks.run_in_process(task, {**task.sources, task.target: mutant})
+            assert outcome.failed == failing and not outcome.looped, mutation
+            env._files = {**task.sources, task.target: mutant}
+            env._seen = {n: frozenset(range(1, 1000)) for n in env._files}  # skip the view
+            fix = env.oracle_action()
+            assert fix.kind == "edit" and fix.path == task.target and env.verify(fix), mutation
+            assert env.parse_action(env.answer_text(fix)) == fix
+            fixed = env._files[task.target].split("\n")
+            fixed[fix.start - 1:fix.end] = fix.text.split("\n") if fix.text else []
+            fixed = "\n".join(fixed)
+            assert tasks.run_in_process(task, {**task.sources, task.target: fixed},
+                                        hidden=True).ok, mutation
+        env.close()
+    assert all(n >= 20 for n in counts.values()), counts
+
+
+def test_mutations_are_single_sites_of_their_operator():
+    task = tasks.TASKS["wordwrap"]
+    source = task.sources[task.target]
+    for mutation, _ in tasks.valid_mutations(task):
+        assert mutation.operator in tasks.OPERATORS
+        assert source.split("\n")[mutation.start - 1:mutation.end] == list(mutation.old_lines)
+        if mutation.operator == "dropped_branch" and not mutation.new_lines:
+            assert mutation.old_lines[0].lstrip().startswith(("if ", "elif ", "else"))
+        else:
+            assert len(mutation.old_lines) == len(mutation.new_lines) == 1
+    examples = {m.description for m, _ in tasks.valid_mutations(task)}
+    assert "<= -> < on line 12" in examples and "elif removed (lines 12-13)" in examples
+
+
+@pytest.mark.parametrize("operator", tasks.OPERATORS)
+def test_each_operator_fails_the_tests_and_the_oracle_fixes_it_through_step(operator):
+    module = next(n for n in tasks.SPLITS["train"][0]
+                  if operator in tasks.by_operator(tasks.TASKS[n]))
+    env = make(module=module, operators=[operator])
+    env.reset(1)
+    assert env.mutation.operator == operator
+    _, reward, done, info = env.step("run_tests")
+    assert info["valid"] and reward == 0.0 and not done and info["sandbox"] is None
+    assert info["tests_failed"] == len(env._failing) > 0 and not info["validation"]
+    infos = oracle_play(env)
+    assert infos[-1]["success"] and env.total_reward == 1.0
+    assert [i["action"].split()[0] for i in infos] == ["view", "edit", "run_tests", "submit"]
+
+
+def test_oracle_solves_held_out_tasks_end_to_end():
+    env = make(split="test", two_file=0.5)
+    seen_pairs = set()
+    for seed in range(10):
+        env.reset(seed)
+        assert env.task.name in tasks.SPLITS["test"][0] + tasks.SPLITS["test"][1]
+        seen_pairs.add(env.task.two_file)
+        infos = oracle_play(env)
+        assert infos[-1]["success"] and len(infos) == 4, (seed, env.task.name)
+    assert seen_pairs == {True, False}
+
+
+def test_task_draw_is_a_function_of_the_seed_and_respects_the_split():
+    env, twin = make(), make()
+    for seed in range(30):
+        first = env.reset(seed)
+        assert twin.reset(seed) == first and env.mutation == twin.mutation
+        assert env.task.name in tasks.SPLITS["train"][0]
+    test_env = make(split="test", two_file=1.0)
+    for seed in range(10):
+        test_env.reset(seed)
+        assert test_env.task.two_file and test_env.task.name in tasks.SPLITS["test"][1]
+    assert len({make().reset(s) for s in range(12)}) > 6
+
+
+# ---------------------------------------------------------------------- sandbox containment
+
+
+@pytest.fixture
+def sentinel():
+    """A world-writable directory outside every sandbox, so that only the sandbox protects it."""
+    path = tempfile.mkdtemp(prefix="mini-swe-sentinel-")
+    os.chmod(path, 0o777)
+    keep = os.path.join(path, "keep.txt")
+    with open(keep, "w") as f:
+        f.write("keep")
+    os.chmod(keep, 0o666)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+HOSTILE = {
+    "rm_rf": ("import os\nos.system('rm -rf {sentinel}')", "process"),
+    "rmtree": ("import shutil\nshutil.rmtree('{sentinel}')", "filesystem"),
+    "overwrite": ("open('{sentinel}/keep.txt', 'w').write('gone')", "filesystem"),
+    "fork_bomb": ("import os\nwhile True:\n    os.fork()", "process"),
+    "infinite_loop": ("while True:\n    x = 1", "cpu"),
+    "sleep": ("import time\ntime.sleep(60)", "timeout"),
+    "gigabyte_of_output": ("import sys\nfor _ in range(1000):\n    sys.stdout.write('x' * 1000000)",
+                           "output"),
+    "socket": ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=3)", "network"),
+    "memory": ("x = bytearray(4 * 1024 ** 3)", "memory"),
+    "hard_exit": ("import os\nos._exit(0)", "crash"),
+    "fill_the_disk": ("for i in range(100000):\n    open('f%d' % i, 'w').write('x' * 1000000)",
+                      "filesystem"),
+}
+
+
+def _hostile_turn(env, code, expected):
+    """Plants `code` at the top of the module, runs the tests: one failed turn, nothing else."""
+    env.step(f"edit scaling.py 1 0\n{code}")
+    before = (env._files.copy(), env.num_steps, env.num_invalid)
+    observation, reward, done, info = env.step("run_tests")
+    assert info["valid"] and reward == 0.0 and not done, observation
+    assert info["sandbox"] == expected, (expected, observation)
+    assert info["tests_passed"] == 0 or expected == "process", observation
+    assert env._files == before[0] and env.num_steps == before[1] + 1
+    assert env.num_invalid == before[2]
+    # The episode goes on: the next turn works and the oracle still repairs the module.
+    assert env.step("view scaling.py 1 3")[3]["valid"]
+    assert not env.done
+
+
+def _sandbox_processes():
+    if not IS_ROOT:
+        return []
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid >= 1_000_000:
+                    with open(f"/proc/{entry.name}/stat", "rb") as f:
+                        if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                            out.append(entry.name)
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_code_costs_one_turn_and_reports_the_limit(case, sentinel):
+    code, expected = HOSTILE[case]
+    env = make(module="scaling", cpu_limit=1, time_limit=1.5 if case == "sleep" else 10.0,
+               cache_runs=False)
+    env.reset(0)
+    _hostile_turn(env, code.format(sentinel=sentinel), expected)
+    assert Path(sentinel, "keep.txt").read_text() == "keep"
+    assert not _sandbox_processes()
+
+
+def _kernel_layers():
+    return Sandbox(strict=False).isolation()
+
+
+@pytest.mark.parametrize("case,expected", [("rm_rf", "process"), ("overwrite", "filesystem"),
+                                           ("fork_bomb", "process"), ("socket", "network"),
+                                           ("fill_the_disk", "filesystem")])
+def test_kernel_layers_contain_hostile_code_without_the_audit_hook(case, expected, sentinel):
+    """strict_sandbox=False: the audit hook only watches; the uid drop, Landlock, RLIMIT_NPROC and
+    the network namespace stop the code."""
+    layers = _kernel_layers()
+    if not ({"uid", "netns"} <= set(layers) and any(x.startswith("landlock") for x in layers)):
+        pytest.skip(f"kernel isolation layers unavailable here: {layers}")
+    env = make(module="scaling", strict_sandbox=False, cpu_limit=2, cache_runs=False)
+    env.reset(0)
+    code = HOSTILE[case][0].format(sentinel=sentinel)
+    env.step(f"edit scaling.py 1 0\n{code}")
+    observation, reward, done, info = env.step("run_tests")
+    assert info["valid"] and reward == 0.0 and not done
+    assert info["sandbox"] == expected, observation
+    assert Path(sentinel, "keep.txt").read_text() == "keep"
+    if case == "socket":  # refused by the kernel (namespace / Landlock), not by Python
+        assert re.search(r"Errno (101|13)|Network is unreachable|Permission denied", observation)
+    assert not _sandbox_processes()
+
+
+def test_isolation_layers_in_effect_are_named():
+    layers = Sandbox().isolation()
+    assert "rlimits" in layers and "audit-strict" in layers
+    if IS_ROOT and sys.platform.startswith("linux"):
+        assert "netns" in layers  # root may always unshare the network
+
+
+def test_hidden_cases_compare_exact_types():
+    """An object that equals everything passes the visible asserts but not the hidden cases."""
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    cheat = "class Anything(float):\n    def __eq__(self, other):\n        return True\n"
+    cheat += "".join(f"def {f}(*args):\n    return Anything(0)\n"
+                     for f in ("clamp", "rescale", "percent"))
+    n = len(env._files["scaling.py"].splitlines())
+    assert env.step(f"edit scaling.py {n + 1} {n}\n{cheat.rstrip()}")[3]["valid"]
+    info = env.step("run_tests")[3]
+    assert info["tests_failed"] == 0 and info["tests_passed"] == 3
+    _, reward, done, info = env.step("submit")
+    assert done and reward == 0.0 and not info["success"]
+
+
+# ---------------------------------------------------------------------- paths
+
+
+def test_path_traversal_absolute_paths_and_symlinks_are_rejected():
+    env = make(module="scaling")
+    env.reset(0)
+    repo = env._workspace.repo
+    os.symlink("/etc/passwd", os.path.join(repo, "evil.py"))
+    for text in ["view ../../../../etc/passwd", "view /etc/passwd", "view evil.py",
+                 "edit ../outside.py 1 1\nx = 1", "edit /tmp/x.py 1 0\nx = 1",
+                 "search root ../../etc/passwd", "view ~/.bashrc", "view sub/../../x.py",
+                 "edit evil.py 1 1\nx = 1"]:
+        observation, reward, _, info = env.step(text)
+        assert not info["valid"] and reward == env.format_penalty, text
+        assert observation.startswith("Error:") and "root:" not in observation, observation
+    # A known file swapped for a symlink behind the environment's back is not followed.
+    target = os.path.join(repo, "scaling.py")
+    os.unlink(target)
+    os.symlink("/etc/passwd", target)
+    for text in ["view scaling.py", "edit scaling.py 1 1\nx = 1", "search root scaling.py"]:
+        observation, _, _, info = env.step(text)
+        assert not info["valid"] and "symbolic link" in observation, observation
+    assert Path("/etc/passwd").read_text()  # untouched
+    env.close()
+
+
+# ---------------------------------------------------------------------- directories
+
+
+def test_directories_are_removed_on_close_reset_and_garbage_collection():
+    env = make()
+    env.reset(0)
+    first = env._workspace.path
+    assert os.path.isdir(os.path.join(first, "repo"))
+    env.reset(1)
+    assert not os.path.exists(first)
+    child = env.clone()
+    child_dir = child._workspace.path
+    assert child_dir != env._workspace.path and os.path.isdir(child_dir)
+    del child
+    gc.collect()
+    assert not os.path.exists(child_dir)
+    current = env._workspace.path
+    env.close()
+    assert not os.path.exists(current)
+    with pytest.raises(environments.EnvNotResetError):
+        env.render()
+    env.reset(2)
+    assert env.render()
+
+
+_CHILD = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {repo!r})
+    import environments
+    from jaxtree.train.stop import StopRequest
+    env = environments.make("mini_swe")
+    env.reset(0)
+    keep = [env, env.clone()]
+    print(os.path.dirname(env._workspace.path), flush=True)
+    if sys.argv[1] == "graceful":
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            while not stop.requested:
+                time.sleep(0.01)
+        sys.exit(0)  # the training job's normal exit after SIGTERM
+    os.kill(os.getpid(), signal.SIGTERM)  # default action: no cleanup possible
+    time.sleep(30)
+""")
+
+
+@pytest.mark.parametrize("mode", ["graceful", "killed"])
+def test_directories_are_removed_after_sigterm(mode):
+    proc = subprocess.run([sys.executable, "-c", _CHILD.format(repo=str(REPO)), mode],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    root = proc.stdout.strip().splitlines()[0]
+    assert os.path.basename(root).startswith(ROOT_PREFIX)
+    if mode == "graceful":
+        assert proc.returncode == 0, proc.stderr
+        assert not os.path.exists(root)
+    else:
+        assert proc.returncode == -signal.SIGTERM
+        assert os.path.isdir(root)  # left behind, for the next process to sweep
+        assert root in sweep_stale_roots(os.path.dirname(root))
+        assert not os.path.exists(root)
+
+
+# ---------------------------------------------------------------------- clones
+
+
+def test_clone_copies_the_directory_and_is_independent():
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    env.step("view scaling.py 1 5")
+    before = snapshot(env)
+    disk = Path(env._workspace.repo, "scaling.py").read_text()
+    child = env.clone()
+    assert snapshot(child) == before
+    assert Path(child._workspace.repo, "scaling.py").read_text() == disk
+    action = child.oracle_action()
+    while action.kind != "edit":
+        child.step(child.answer_text(action))
+        action = child.oracle_action()
+    child.step(child.answer_text(action))
+    assert child._files != env._files and snapshot(env) == before
+    assert Path(env._workspace.repo, "scaling.py").read_text() == disk
+    assert child.step("run_tests")[3]["tests_failed"] == 0
+    assert env.step("run_tests")[3]["tests_failed"] > 0
+    import copy
+    twin = copy.deepcopy(env)
+    assert twin._workspace.path != env._workspace.path and snapshot(twin) == snapshot(env)
+
+
+# ---------------------------------------------------------------------- signatures
+
+
+def test_state_signatures_are_first_visit_within_an_episode():
+    rng = np.random.default_rng(0)
+    env = make(action_signatures="rtmc")
+    for seed in range(6):
+        env.reset(seed)
+        seen = [env.state_signature()]
+        while not env.done:
+            roll = rng.random()
+            if roll < 0.3:
+                text = "view " + min(env._files)  # repeats: same signature base
+            elif roll < 0.45:
+                text = "nonsense"
+            else:
+                action = env.random_action(rng)
+                text = env.answer_text(action) if action.kind != "submit" else "run_tests"
+            env.step(text)
+            seen.append(env.state_signature())
+        assert len(seen) == len(set(seen)), seen
+
+
+def test_equal_signatures_for_equivalent_histories():
+    def signature(*texts, **options):
+        env = make(module="scaling", **options)
+        env.reset(0)
+        for text in texts:
+            env.step(text)
+        return env.state_signature()
+
+    assert signature() == "T0/0"
+    a = signature("view scaling.py 1 10", "view test_scaling.py")
+    assert a == signature("view test_scaling.py", "view scaling.py 1 10")
+    assert a == "scaling.py:V[0]|test_scaling.py:Vf|T0/0"
+    assert signature("view scaling.py 1 10") == signature("view scaling.py 5 20")  # one bucket
+    assert signature("view scaling.py 1 10") != signature("view scaling.py")
+    # First visit: a repeat (or an invalid turn) gets '#k'; what follows matches at any depth.
+    assert signature("view scaling.py 1 10", "view scaling.py 1 10").endswith("#1")
+    assert signature("view scaling.py 1 10", "bogus", "bogus").endswith("#2")
+    edit = "edit scaling.py 2 2\n# note"
+    deep = signature("view scaling.py 1 10", "view scaling.py 1 10", edit)
+    assert deep == signature("view scaling.py 1 10", edit) == signature("bogus",
+                                                                        "view scaling.py 1 9",
+                                                                        edit)
+    assert re.fullmatch(r"scaling\.py:M:[0-9a-f]{4},V\[0\]\|T0/0", deep)
+    assert signature("search clamp") == "scaling.py:S|test_scaling.py:S|T0/0"
+    assert signature("run_tests") == "T0/1"
+
+
+def test_action_signatures():
+    env = make()
+    view = Command("view", "a.py", 120, 250)
+    assert env.action_signature(view) == "view a.py 120 250"  # protocol: the canonical text
+    rtmc = make(action_signatures="rtmc")
+    assert rtmc.action_signature(view) == "view:partial[1-2]@a.py"
+    assert rtmc.action_signature(Command("view", "a.py", 1, 50)) == "view:partial[0]@a.py"
+    assert rtmc.action_signature(Command("view", "a.py")) == "view:full@a.py"
+    assert rtmc.action_signature(Command("run_tests")) == "test:all"
+    assert rtmc.action_signature(Command("run_tests", text="test_x")) == "test:test_x"
+    assert rtmc.action_signature(Command("submit")) == "finish"
+    assert re.fullmatch(r"search:[0-9a-f]{4}@\*", rtmc_action_signature(Command("search",
+                                                                                text="x")))
+    edit = rtmc_action_signature(Command("edit", "a.py", 3, 3, "x = 1"))
+    assert re.fullmatch(r"modify:replace:[0-9a-f]{4}@a\.py", edit)
+    assert rtmc_action_signature(Command("edit", "a.py", 3, 2, "x = 1")).startswith(
+        "modify:insert:")
+    assert edit != rtmc_action_signature(Command("edit", "a.py", 3, 3, "x = 2"))
+    assert rtmc.action_signature(None) == rtmc.action_signature(("view", "a.py")) == "<invalid>"
+
+
+# ---------------------------------------------------------------------- parsing and text
+
+
+def test_parse_leniency_and_strictness():
+    env = make()
+    lenient = {
+        "<answer>  VIEW   x.py  1-5 </answer>": Command("view", "x.py", 1, 5),
+        "view x.py 1:5": Command("view", "x.py", 1, 5),
+        "  view x.py\n\n": Command("view", "x.py"),
+        "Edit x.py 3:3\n```python\n    return 1\n```": Command("edit", "x.py", 3, 3,
+                                                                "    return 1"),
+        "```\nedit x.py 2 3\n  a\n  b\n```": Command("edit", "x.py", 2, 3, "  a\n  b"),
+        "edit x.py 4 3\r\n    y = 2  \r\n": Command("edit", "x.py", 4, 3, "    y = 2"),
+        "edit x.py 2 4": Command("edit", "x.py", 2, 4, ""),
+        "Run Tests": Command("run_tests"), "run-tests": Command("run_tests"),
+        "RUN_TESTS test_foo": Command("run_tests", text="test_foo"),
+        "<answer>SUBMIT</answer>": Command("submit"),
+        'search "a b" x.py': Command("search", "x.py", text="a b"),
+        "search  foo bar": Command("search", None, text="foo bar"),
+        "search x.py": Command("search", None, text="x.py"),
+        "think first <answer>view a.py</answer> then <answer>view b.py</answer>":
+            Command("view", "b.py"),
+    }
+    for text, action in lenient.items():
+        assert env.parse_action(text) == action, text
+        for style in ("chat", "compact"):
+            assert env.parse_action(env.answer_text(action, style)) == action
+    for text in ["", "view", "view x.py 5", "view x.py 5 3", "view x.py a b", "edit x.py",
+                 "edit x.py a b", "edit x.py 0 1\nx", "edit x.py 5 2\nx", "submit now",
+                 "run_tests a b", "run_tests 1x", "frobnicate x.py", "search", "view a b c d",
+                 "view x.py\nmore", "<answer></answer>", "search 'unbalanced"]:
+        parsed = env.parse_action(text)
+        assert parsed is None or text == "search 'unbalanced", (text, parsed)
+    assert env.parse_action("search 'unbalanced") == Command("search", text="'unbalanced")
+
+
+def test_truncation_marker():
+    assert truncate("abc", 10) == "abc"
+    text = "".join(f"line {i}\n" for i in range(200))
+    cut = truncate(text, 300)
+    match = re.search(r"\n\[\.\.\. truncated (\d+) chars\]\n", cut)
+    assert match and int(match.group(1)) == len(text) - 300
+    assert cut.startswith("line 0") and cut.endswith("line 199\n")
+    env = make(max_output_chars=200, style="compact")
+    env.reset(0)
+    observation = env.step("view " + env.task.target)[0]
+    assert "[... truncated" in observation and len(observation) < 260
+
+
+def test_prompts_and_styles():
+    chat, compact = make(style="chat"), make(style="compact")
+    chat.reset(3)
+    compact.reset(3)
+    assert "<answer>" in chat.prompt() and chat.system_prompt
+    assert chat.prompt("compact") == compact.prompt() and len(compact.prompt()) < len(chat.prompt())
+    assert "failing: test_" in compact.render()
+    assert chat.task.test_file in chat.render() and "Turns left: 12" in chat.render()
+    observation = chat.step("bogus command")[0]
+    assert observation.startswith("Error: could not parse")
+
+
+# ---------------------------------------------------------------------- the protocol
+
+
+STATE_QUERIES = ["step", "render", "prompt", "canonical_state", "state_signature",
+                 "oracle_action", "verify", "turn_score", "random_action", "process_score",
+                 "metrics"]
+
+
+def _call(env, method):
+    args = {"step": ("view x.py",), "verify": (Command("submit"),),
+            "turn_score": (Command("submit"),), "random_action": (np.random.default_rng(0),)}
+    return getattr(env, method)(*args.get(method, ()))
+
+
+def test_state_queries_before_reset_raise_and_stateless_members_work():
+    env = make()
+    for method in STATE_QUERIES:
+        with pytest.raises(environments.EnvNotResetError,
+                           match=rf"^MiniSWE: call reset\(seed\) before {method}\(\)$"):
+            _call(env, method)
+    assert env.instructions() and env.action_signature(None) == "<invalid>"
+    assert env.parse_action("view a.py") == Command("view", "a.py")
+    assert env.clone().style == env.style
+    for bad in [-1, 1.0, True, "3", None, np.int64(-2)]:
+        with pytest.raises(ValueError, match=r"^MiniSWE\.reset: seed must be"):
+            env.reset(bad)
+    assert env.reset(np.int64(5)) == env.reset(5)
+    for method in STATE_QUERIES:
+        _call(env, method)
+
+
+NON_ACTIONS = [None, True, 1, 1.5, "view a.py", ("view", "a.py"), Command("bogus"),
+               Command("view", None), Command("view", "a.py", 0, 1), Command("view", "a.py", 3, 2),
+               Command("view", "a.py", True, 2), Command("view", "a b.py"),
+               Command("view", "a.py", 1, None), Command("search", text=""),
+               Command("search", "bar", text="x"), Command("search", text="a\nb"),
+               Command("edit", "a.py", 1, 1, None), Command("edit", "a.py", 1, 1, "x  "),
+               Command("edit", "a.py", 3, 1, "x"), Command("edit", "a.py", 1, 1, "```\nx"),
+               Command("edit", "a.py", 1.0, 1, "x"), Command("run_tests", text="a b"),
+               Command("run_tests", "a.py"), Command("submit", text="x")]
+
+
+def test_values_that_are_not_actions_count_as_malformed():
+    env = make()
+    env.reset(0)
+    before = snapshot(env)
+    malformed = env.turn_score(None)
+    assert malformed == env.format_penalty
+    for value in NON_ACTIONS:
+        assert env.verify(value) is False, value
+        assert env.turn_score(value) == malformed, value
+        assert env.action_signature(value) == "<invalid>", value
+        for method in (env.format_action, env.answer_text):
+            with pytest.raises(ValueError, match=rf"^MiniSWE\.format_action: "
+                                                 rf"{re.escape(repr(value))} is not"):
+                method(value)
+    assert snapshot(env) == before
+
+
+def test_turn_score_is_the_reward_a_clone_receives():
+    env = make(module="scaling")
+    env.reset(0)
+    rng = np.random.default_rng(0)
+    actions = [env.random_action(rng) for _ in range(6)] + [Command("submit"),
+                                                            Command("view", "nope.py")]
+    for action in actions:
+        assert env.turn_score(action) == env.clone().step(env.answer_text(action))[1], action
+    oracle_play(env)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=80) | st.sampled_from(["view", "edit a 1 1", "search", "}{"]),
+       seed=st.integers(0, 20))
+def test_step_never_raises_on_arbitrary_text(text, seed):
+    env = make()
+    env.reset(seed)
+    observation, reward, _, info = env.step(text)
+    assert isinstance(observation, str) and np.isfinite(reward)
+    if env.parse_action(text) is None:
+        assert not info["valid"] and info["action"] is None and reward == env.format_penalty
+    env.close()
+
+
+def test_queries_along_oracle_play_and_after_the_end():
+    env = make(two_file=0.5)
+    rng = np.random.default_rng(1)
+    for seed in range(4):
+        env.reset(seed)
+        verified = []
+        while not env.done:
+            before = snapshot(env)
+            action = env.oracle_action()
+            assert 0.0 <= env.process_score() <= 1.0 and env.verify(action)
+            assert env.parse_action(env.answer_text(action, "compact")) == action
+            assert env.action_signature(action) == env.format_action(action)
+            verified += [a for a in (action, env.random_action(rng)) if env.verify(a)]
+            assert snapshot(env) == before
+            env.step(env.answer_text(action))
+        assert env.oracle_action() is None and not any(env.verify(a) for a in verified)
+        assert env.process_score() == 1.0
+
+
+def test_malformed_turns_until_the_step_limit():
+    env = make(max_steps=3)
+    env.reset(0)
+    for _ in range(3):
+        _, reward, done, info = env.step("}{")
+        assert reward == -0.1 and not info["valid"]
+    assert done and info["truncated"] and not info["success"] and env.process_score() == 0.0
+
+
+# ---------------------------------------------------------------------- verify, scores, info
+
+
+def test_verify_reads_an_optimal_fix_path():
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    target = env.task.target
+    view = env.oracle_action()
+    assert view.kind == "view" and env.verify(view)
+    assert not env.verify(Command("submit")) and not env.verify(Command("run_tests"))
+    assert not env.verify(Command("view", env.task.test_file))  # off target
+    env.step(env.answer_text(view))
+    assert not env.verify(view)  # nothing new to see
+    fix = env.oracle_action()
+    assert fix.kind == "edit" and env.verify(fix)
+    assert not env.verify(Command("edit", target, 1, 0, "# a comment"))
+    env.step(env.answer_text(fix))
+    assert env.verify(Command("run_tests")) and env.verify(Command("submit"))
+    env.step("run_tests")
+    assert not env.verify(Command("run_tests")) and env.verify(Command("submit"))
+    env.step("edit scaling.py 1 0\n# harmless comment")  # AST-equal: still restored
+    assert env._fixed() and env.verify(Command("run_tests"))
+
+
+def test_process_score_by_hand():
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    scores = [env.process_score()]
+    while not env.done:
+        env.step(env.answer_text(env.oracle_action()))
+        scores.append(env.process_score())
+    assert scores == pytest.approx([0.5, 0.6, 0.7, 0.95, 1.0])
+    env.reset(0)
+    fix = None
+    twin = env.clone()
+    twin.step(twin.answer_text(twin.oracle_action()))
+    fix = twin.oracle_action()
+    env.step(env.answer_text(fix))                        # a blind edit
+    assert env.process_score() == pytest.approx(0.35)
+    env.step("view scaling.py 1 3")
+    env.step("view scaling.py 1 3")                       # a repeat
+    assert env.process_score() == pytest.approx(0.35 + 0.1 - 0.1)
+    env.step("nonsense")                                  # a failed turn
+    assert env.process_score() == pytest.approx(0.30)
+    env.step("submit")
+    assert env.success and env.process_score() == 1.0
+
+
+def test_validation_and_run_info():
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    info = env.step("run_tests")[3]
+    assert not info["validation"] and info["tests_failed"] > 0 and info["sandbox"] is None
+    env.step(env.answer_text(env.oracle_action()))
+    info = env.step(env.answer_text(env.oracle_action()))[3]
+    assert info["action"].startswith("edit") and info["fixed"] and info["tests_passed"] is None
+    info = env.step("run_tests")[3]
+    assert info["validation"] and info["tests_failed"] == 0  # the first passing run after an edit
+    info = env.step("run_tests " + env._test_names()[0])[3]
+    assert not info["validation"] and info["tests_passed"] == 1  # nothing new to validate
+    info = env.step("submit")[3]
+    assert info["success"] and info["edits"] == 1 and info["test_runs"] == 3
+    assert info["task"] == "scaling/wrong_constant" and info["two_file"] is False
+
+
+# ---------------------------------------------------------------------- the PATR judge
+
+
+def _phases(texts):
+    from jaxtree.rollout.judge import phase_of
+    return [phase_of([t]) for t in texts]
+
+
+def test_judge_phases_of_diagnosis_and_editing_actions():
+    env = make(module="scaling", operators=["wrong_constant"])
+    env.reset(0)
+    view, search = env.oracle_action(), Command("search", text="def percent")
+    env.step(env.answer_text(view))
+    edit = env.oracle_action()
+    texts = [env.action_signature(a) for a in (view, search, edit)]
+    assert _phases(texts) == ["diagnosis", "diagnosis", "editing"]
+    rtmc = make(action_signatures="rtmc")
+    assert _phases([rtmc.action_signature(a) for a in (view, search, edit)]) == [
+        "diagnosis", "diagnosis", "editing"]
+
+
+def test_judge_phases_of_verification_actions():
+    assert _phases(["run_tests", "run_tests test_clamp", "submit"]) == ["verification"] * 3
+
+
+# ---------------------------------------------------------------------- options
+
+
+def test_options_and_registration():
+    assert "mini_swe" in environments.names()
+    for options in [{"split": "dev"}, {"two_file": 2}, {"operators": ["nope"]}, {"operators": []},
+                    {"module": "nope"}, {"action_signatures": "x"}, {"max_output_chars": 5},
+                    {"bogus": 1}]:
+        with pytest.raises(ValueError):
+            environments.make("mini_swe", **options)
+    env = make(module="rpn")
+    env.reset(0)
+    assert env.task.two_file and env.mutation.path == "stackops.py"

@@ -11,8 +11,8 @@ from jaxtree.config import ConfigError
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.policy import ModelSpec
 
-MODES = (TrainingMemory(), TrainingMemory(remat=True), TrainingMemory(logits_chunk=5),
-         TrainingMemory(remat=True, logits_chunk=7), TrainingMemory(logits_chunk=64))
+# each knob alone (chunks of 5 over 23 positions: a ragged last chunk) and both together
+MODES = (TrainingMemory(logits_chunk=5), TrainingMemory(remat=True, logits_chunk=7))
 
 _scores = jax.jit(token_scores, static_argnums=(0, 3))
 
@@ -59,15 +59,16 @@ def test_every_memory_mode_gives_the_full_forwards_scores_and_gradients(model):
 
     grad = jax.jit(jax.grad(objective), static_argnums=1)
     base = grad(params, TrainingMemory())
-    for memory in MODES:
+    for memory in (TrainingMemory(),) + MODES:
         logprobs, entropy, greedy = _scores(config, params, jnp.asarray(tokens), memory)
         np.testing.assert_allclose(logprobs, ref_logprobs, atol=2e-5, err_msg=str(memory))
         np.testing.assert_allclose(entropy, ref_entropy, atol=2e-5, err_msg=str(memory))
         np.testing.assert_array_equal(greedy, ref_greedy, err_msg=str(memory))
         assert greedy[:, 1:].any() and not greedy.all()
-        for a, b in zip(jax.tree_util.tree_leaves(grad(params, memory)),
-                        jax.tree_util.tree_leaves(base)):
-            np.testing.assert_allclose(a, b, atol=2e-5, err_msg=str(memory))
+        if memory in MODES:
+            for a, b in zip(jax.tree_util.tree_leaves(grad(params, memory)),
+                            jax.tree_util.tree_leaves(base)):
+                np.testing.assert_allclose(a, b, atol=2e-5, err_msg=str(memory))
 
 
 def test_chunked_logits_and_remat_lower_the_compiled_memory():
@@ -82,9 +83,9 @@ def test_chunked_logits_and_remat_lower_the_compiled_memory():
         return fn.lower(params, tokens).compile().memory_analysis().temp_size_in_bytes
 
     wide = models.get_preset("tiny").replace(vocab_size=4096, num_layers=1)
-    assert (temp_bytes(wide, TrainingMemory(logits_chunk=32), 256)
-            < 0.6 * temp_bytes(wide, TrainingMemory(), 256))
-    deep = models.get_preset("tiny").replace(num_layers=8)
+    assert (temp_bytes(wide, TrainingMemory(logits_chunk=32), 128)
+            < 0.6 * temp_bytes(wide, TrainingMemory(), 128))
+    deep = models.get_preset("tiny").replace(num_layers=6)
     assert (temp_bytes(deep, TrainingMemory(remat=True), 256)
             < 0.6 * temp_bytes(deep, TrainingMemory(), 256))
 

@@ -13,7 +13,6 @@ from fake_devices import run_script
 from jaxtree import losses
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.losses import LossConfig
-from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.train.update import (Updater, make_optimizer, make_schedule,
                                   update_step)
 
@@ -62,7 +61,7 @@ def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef):
 
 # One jitted update step for the whole file (model config, optimizer, loss config and micro-batch
 # size static): the aggregation modes differ only in the weights, so they share compilations.
-_update_step = jax.jit(update_step, static_argnums=(0, 1, 2, 3), static_argnames=("memory",))
+_update_step = jax.jit(update_step, static_argnums=(0, 1, 2, 3))
 # plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would turn
 # float noise in near-zero gradient entries into full-size steps); one object, so one cache key
 SGD = optax.sgd(1.0)
@@ -103,18 +102,6 @@ def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
         chex.assert_trees_all_close(state.params, results[0][0].params, atol=1e-6, rtol=0)
         for key in ("loss", "clip_fraction", "kl", "entropy", "grad_norm"):
             np.testing.assert_allclose(metrics[key], results[0][1][key], rtol=1e-5, atol=1e-7)
-
-
-def test_remat_and_chunked_logits_leave_the_update_unchanged(tiny):
-    config, params = tiny
-    batch = _with_weights(_random_batch(config, rows=4, seed=3))
-    loss_config = LossConfig(kl_coef=0.01, entropy_coef=0.01)
-    plain = _update_step(config, SGD, loss_config, 2, _state(params, SGD), batch)
-    traded = _update_step(config, SGD, loss_config, 2, _state(params, SGD), batch,
-                          memory=TrainingMemory(remat=True, logits_chunk=5))
-    chex.assert_trees_all_close(traded[0].params, plain[0].params, atol=1e-6, rtol=0)
-    for key in ("loss", "kl", "entropy", "grad_norm"):
-        np.testing.assert_allclose(traded[1][key], plain[1][key], rtol=1e-5, atol=1e-7)
 
 
 def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):

@@ -99,13 +99,14 @@ def main(argv):
     elif name == "train":
         from launch.benchmarks import train  # noqa: PLC0415
 
-        try:
-            modes = [train.parse_memory_mode(m) and m for m in _MEMORY_MODES.value]
+        try:  # every mode checked before any model loads
+            for mode in _MEMORY_MODES.value:
+                train.parse_memory_mode(mode)
         except ValueError as e:
             fail(f"--memory_modes: {e}")
         train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
                   [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output,
-                  memory_modes=modes, with_flops=_FLOPS.value)
+                  memory_modes=tuple(_MEMORY_MODES.value), with_flops=_FLOPS.value)
     elif name == "latr":
         from launch.benchmarks import latr  # noqa: PLC0415
 

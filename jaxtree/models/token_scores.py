@@ -8,8 +8,9 @@ MLP activations are kept for the backward pass. Two knobs, both exact (the same 
 float reassociation, for less memory and more compute):
 
   remat         recompute each transformer block's activations in the backward pass instead of
-                storing them (`nn.remat` per block): the stored state is one [B, T, D] residual per
-                layer instead of its attention and MLP intermediates.
+                storing them (`Transformer(remat=True)`: a scan over the stacked blocks with a
+                checkpointed body): the stored state is one [B, T, D] residual per layer instead
+                of its attention and MLP intermediates.
   logits_chunk  project the final hidden states onto the vocabulary `logits_chunk` positions at a
                 time under `jax.checkpoint`, so neither the forward nor the backward pass ever
                 holds more than [B, logits_chunk, V] logits (0: all positions at once).

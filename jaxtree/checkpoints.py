@@ -14,9 +14,11 @@ import sys
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxtree.config import Section, option, positive
 from jaxtree.models.config import ModelConfig
+from jaxtree.parallel import distributed
 
 CHECKPOINTS = "checkpoints"
 
@@ -185,13 +187,26 @@ def _restore_newest(path: str, **items) -> tuple[str, dict]:
         mngr.close()
 
 
+def _host_target(params_dir: str):
+    """A restore target that reads every saved parameter whole into host memory (numpy leaves of
+    the saved shapes and dtypes; `np.empty` pages are never touched): without one, orbax
+    restores onto the saved mesh's devices and refuses a process with other devices. None when
+    the metadata does not read (a damaged checkpoint: the restore then names the bad file)."""
+    try:
+        tree = ocp.StandardCheckpointer().metadata(params_dir).item_metadata.tree
+        return jax.tree_util.tree_map(lambda leaf: np.empty(leaf.shape, leaf.dtype), tree)
+    except Exception:  # noqa: BLE001 - orbax raises bare Exceptions (or returns None) for damage
+        return None
+
+
 def read_policy_metadata(path: str) -> dict:
     """The JSON metadata of the newest checkpoint under `path` (no parameters are read)."""
     return _restore_newest(path, metadata=ocp.args.JsonRestore())[1]["metadata"]
 
 
 def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
-    """(model config, params, tokenizer spec, metadata) of the newest checkpoint under `path`.
+    """(model config, params, tokenizer spec, metadata) of the newest checkpoint under `path`,
+    the params on this process's default device whatever device or process count saved them.
 
     Raises CheckpointNotFoundError when there is none, and CheckpointCorruptError (a ValueError)
     naming the step and the bad item or file when it is incomplete or corrupt.
@@ -203,8 +218,12 @@ def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointCorruptError(f"checkpoint {step_dir} is incomplete or corrupt: its "
                                      f"metadata has no usable model config ({e})") from e
-    params = _restore_newest(step_dir, params=ocp.args.StandardRestore())[1]["params"]
-    params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
+    target = _host_target(os.path.join(step_dir, "params"))
+    params = _restore_newest(step_dir, params=ocp.args.StandardRestore(target))[1]["params"]
+    # Onto this process's default device, whatever mesh saved them: a checkpoint of any device
+    # or process count loads anywhere (the trainer reshards it onto its own mesh).
+    params = jax.device_put(jax.tree_util.tree_map(
+        lambda x: np.asarray(x).astype(config.weight_dtype), params))
     return config, params, metadata.get("tokenizer", "byte"), metadata
 
 
@@ -243,7 +262,10 @@ class TrainCheckpointer:
     def save(self, step: int, params, metadata: dict, opt_state=None, rng: jax.Array | None = None,
              trainer: dict | None = None) -> None:
         """Saves checkpoint `step` (replacing one of the same step): params and metadata always,
-        the resume state when given."""
+        the resume state when given. In a multi-process job every process calls it: each writes
+        its shards of the global arrays, process-local arrays (the run's key) are saved as
+        replicated ones, and process 0 writes the JSON items."""
+        params, opt_state, rng = distributed.global_copy((params, opt_state, rng))
         items = {"params": ocp.args.StandardSave(params),
                  "metadata": ocp.args.JsonSave({**metadata, "versions": package_versions()})}
         if opt_state is not None:
@@ -260,16 +282,27 @@ class TrainCheckpointer:
 
     def restore(self, step: int, params_like, opt_state_like):
         """(params, opt_state, rng or None, trainer dict) of checkpoint `step`, placed like the
-        given templates (arrays or ShapeDtypeStructs carrying their shardings). Raises
-        CheckpointCorruptError naming the step and what failed."""
+        given templates (arrays or ShapeDtypeStructs carrying their shardings): orbax reads the
+        slices each of this process's devices needs, whatever mesh or number of processes saved
+        them. Raises CheckpointCorruptError naming the step and what failed."""
+        # In a multi-process job a process-local template (the warm start's) is read as a
+        # replicated global array, then its copy on this process is taken.
+        local = distributed.is_multiprocess() and all(
+            getattr(x, "is_fully_addressable", False)
+            for x in jax.tree_util.tree_leaves((params_like, opt_state_like)))
+        place = distributed.everywhere() if local else None
         abstract = lambda tree: jax.tree_util.tree_map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                           sharding=place or getattr(x, "sharding", None)),
             tree)
         items = {"params": ocp.args.StandardRestore(abstract(params_like)),
                  "opt_state": ocp.args.StandardRestore(abstract(opt_state_like)),
                  "trainer": ocp.args.JsonRestore()}
         if os.path.isdir(os.path.join(self.directory, str(step), "rng")):
-            items["rng"] = ocp.args.JaxRandomKeyRestore()
+            # read on the host (then onto the default device): the key is tiny, and a key saved
+            # by another device or process count has no sharding that fits here
+            items["rng"] = ocp.args.JaxRandomKeyRestore(
+                restore_args=ocp.RestoreArgs(restore_type=np.ndarray))
         try:
             _quiet_orphaned_reads()
             out = self._manager.restore(step, args=ocp.args.Composite(**items))
@@ -277,7 +310,10 @@ class TrainCheckpointer:
             raise CheckpointCorruptError(f"checkpoint {self.directory}/{step} is incomplete or "
                                          f"corrupt: {_reason(e)}") from e
         rng = out["rng"] if "rng" in items else None
-        return out["params"], out["opt_state"], rng, out["trainer"]
+        params, opt_state = out["params"], out["opt_state"]
+        if local:
+            params, opt_state = distributed.local_copy((params, opt_state))
+        return params, opt_state, rng, out["trainer"]
 
     def restore_latest(self, params_like, opt_state_like, report=print):
         """(step, params, opt_state, rng, trainer) of the newest checkpoint that restores, or None

@@ -21,6 +21,10 @@ metrics the same way:
 `evaluate` also returns a few episodes as transcripts (the prompt, each action and the
 environment's reply, decoded from the episode's tokens), which `write_transcripts` saves as JSONL
 and as readable text.
+
+In a multi-process job every process plays a contiguous share of the held-out tasks (keyed as
+they would be in one process) and the shares are exchanged, so every process computes the same
+metrics from all of the episodes (`jaxtree.parallel.distributed`).
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ from tqdm import tqdm
 
 from environments.base import TextEnv
 from jaxtree.config import Section, non_negative, option, positive
+from jaxtree.parallel import distributed
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies.independent import sample_independent
-from jaxtree.rollout.trajectory import END_REASONS, TrajectoryBatch
+from jaxtree.rollout.trajectory import END_REASONS, TrajectoryBatch, join_shares
 from jaxtree.tasks import eval_seeds
 from jaxtree.tokenizers import Tokenizer
 
@@ -224,12 +229,28 @@ def pick_transcripts(batch: TrajectoryBatch, tokenizer: Tokenizer, count: int) -
 
 
 def roll_out(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-             samples_per_task: int) -> TrajectoryBatch:
+             samples_per_task: int, first_task: int = 0) -> TrajectoryBatch:
     """`samples_per_task` episodes of every task, ordered by task, with a progress bar over the
-    episodes (on stderr, and only on a terminal)."""
+    episodes (on stderr, and only on a terminal); `first_task` is the index of task_ids[0] among
+    all the tasks evaluated (a process's share: its episodes keep their keys)."""
     with tqdm(total=len(task_ids) * samples_per_task, desc="eval", unit="episode", disable=None,
               leave=False) as bar:
-        return sample_independent(engine, params, rng, task_ids, samples_per_task, bar.update)
+        return sample_independent(engine, params, rng, task_ids, samples_per_task, bar.update,
+                                  first_task)
+
+
+def roll_out_shared(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
+                    samples_per_task: int) -> TrajectoryBatch:
+    """`roll_out` of all `task_ids`; in a multi-process job each process plays its share of the
+    tasks and every process returns the joined batch (the same on all, ordered by task)."""
+    if not distributed.is_multiprocess():
+        return roll_out(engine, params, rng, task_ids, samples_per_task)
+    blocks = distributed.shares(len(task_ids))
+    mine = blocks[jax.process_index()]
+    batch = roll_out(engine, params, rng, list(task_ids)[mine.start:mine.stop],
+                     samples_per_task, mine.start)
+    return join_shares(distributed.allgather_objects(batch), [b.start for b in blocks],
+                       engine.tokenizer.pad_id)
 
 
 def evaluate(engine: SlotEngine, params, config: EvalConfig) -> EvalResult:
@@ -237,8 +258,8 @@ def evaluate(engine: SlotEngine, params, config: EvalConfig) -> EvalResult:
     seeds x `samples_per_task` episodes, sampled with key(`config.seed`)), rolled out by `engine`
     (whose sampling config should carry `config.temperature`), and `config.transcripts` of its
     episodes as text (`pick_transcripts`)."""
-    batch = roll_out(engine, params, jax.random.key(config.seed), eval_seeds(config.num_tasks),
-                     config.samples_per_task)
+    batch = roll_out_shared(engine, params, jax.random.key(config.seed),
+                            eval_seeds(config.num_tasks), config.samples_per_task)
     return EvalResult(metrics(summaries_from_batch(batch), config.samples_per_task),
                       pick_transcripts(batch, engine.tokenizer, config.transcripts))
 

@@ -15,6 +15,10 @@ with status 0; a second job on the workdir, or another config in it, is refused 
 (`jaxtree.train.jobs`). Writes <workdir>/config.json, metrics.jsonl, transcripts/, TensorBoard
 events in tensorboard/ and checkpoints in checkpoints/; `python -m launch.plot --workdir=...`
 draws the learning curves.
+
+Several processes (a TPU pod, GPU hosts) run the same command with `--distributed`, or with
+`--coordinator_address`, `--num_processes` and `--process_id` (`launch/processes.py`;
+launchers in `launch/cloud/`); the workdir must be a directory every process can reach.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ml_collections import config_flags
 
 from jaxtree.train.jobs import train_job
 from launch.common import fail, run_app
+from launch.processes import run_job
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -42,8 +47,8 @@ def main(argv):
         fail(f"unexpected arguments: {argv[1:]}")
     if _WORKDIR.value is None:
         fail("--workdir is required")
-    train_job(_CONFIG.value, _WORKDIR.value, _STOP_AFTER.value, _ALLOW_CONFIG_CHANGE.value,
-              _OVERWRITE.value)
+    run_job(lambda: train_job(_CONFIG.value, _WORKDIR.value, _STOP_AFTER.value,
+                              _ALLOW_CONFIG_CHANGE.value, _OVERWRITE.value))
 
 
 if __name__ == "__main__":

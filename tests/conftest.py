@@ -29,7 +29,8 @@ from jaxtree import models  # noqa: E402
 # The xdist workers take whole files in collection order as they become free; starting with the
 # longest files (longest-processing-time-first) keeps the two workers' loads even, so the suite
 # ends when both finish rather than after one worker's tail of long files.
-SLOW_FILES = ("test_latr.py", "test_job_faults.py", "test_rollout.py", "test_benchmarks.py",
+SLOW_FILES = ("test_latr.py", "test_job_faults.py", "test_multihost.py", "test_rollout.py",
+              "test_benchmarks.py",
               "test_sampler.py", "test_train.py", "test_patr.py", "test_trainer.py",
               "test_launch.py",
               "test_launch_errors_eval.py", "test_composition.py", "test_sft.py", "test_tsr.py",

@@ -135,10 +135,14 @@ class SlotEngine:
 
     # ------------------------------------------------------------------ session
 
-    def begin(self, params, rng: jax.Array) -> None:
-        """Starts a rollout session: empty slots, no episodes."""
+    def begin(self, params, rng: jax.Array, key_offset: int = 0) -> None:
+        """Starts a rollout session: empty slots, no episodes. Episode e samples with the keys
+        of id e + `key_offset`: a process playing a share of a step's groups offsets its keys
+        by the episodes before its share, so its episodes draw what they would in one process
+        playing every group (`jaxtree.parallel.distributed`)."""
         self.params = params
         self.rng = rng
+        self.key_offset = int(key_offset)
         self.state = init_slots(self.model_config, self.rollout.num_slots,
                                 self.rollout.context_length)
         self.episodes: dict[int, SlotEpisode] = {}
@@ -279,7 +283,7 @@ class SlotEngine:
             chunk[e.slot, :len(e.pending)] = e.pending
             chunk_lengths[e.slot] = len(e.pending)
             turns[e.slot] = e.num_turns
-            episode_ids[e.slot] = e.episode_id
+            episode_ids[e.slot] = e.episode_id + self.key_offset
             budgets[e.slot] = limit
         self.stats.other_host_seconds += time.perf_counter() - start
 

@@ -283,3 +283,19 @@ def concatenate(batches: Sequence[TrajectoryBatch], pad_id: int) -> TrajectoryBa
         else:
             fields[f.name] = np.concatenate(values)
     return TrajectoryBatch(**fields)
+
+
+def join_shares(batches: Sequence[TrajectoryBatch], first_groups: Sequence[int],
+                pad_id: int) -> TrajectoryBatch:
+    """One step batch from the shares that processes played (share p's group 0 is the step's
+    group first_groups[p]; each share numbers its groups, episodes and nodes from 0): group ids
+    become step-wide, episode and node ids are shifted past the previous shares', rows stay in
+    share order, so the groups of the joined batch are in step order."""
+    joined, episodes, nodes = [], 0, 0
+    for batch, first_group in zip(batches, first_groups):
+        shifted = batch.renumbered(first_group, episodes, nodes)
+        if len(shifted):
+            episodes = int(shifted.episode_ids.max()) + 1
+            nodes = max(nodes, int(shifted.node_ids.max()) + 1)
+        joined.append(shifted)
+    return concatenate(joined, pad_id)

@@ -5,19 +5,23 @@ Both make their workdir safe to re-run, kill, resume and share by mistake
 holds the workdir at a time, `config.json` records the config the outputs belong to (another one
 is refused unless the caller allows it or overwrites), a finished job is left exactly as it is,
 and SIGTERM / SIGINT save a checkpoint and return (`jaxtree.train.stop`).
+
+In a multi-process job (`jaxtree.parallel.distributed`) every process runs the job; process 0
+alone holds the workdir lock and writes its bookkeeping files (config record, overwrite,
+tokenizer files, summary), and its refusal stops the others with the same message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from typing import Any
-
-import jax
+from typing import Any, Callable
 
 from jaxtree import checkpoints
 from jaxtree.experiment import Experiment
+from jaxtree.parallel import distributed
 from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.conversation import check_prompts_fit
 from jaxtree.tasks import eval_seeds
@@ -45,6 +49,28 @@ def check_prompts(exp: Experiment) -> None:
 def _overwrite(workdir: str, outputs) -> None:
     removed = workdir_lib.remove_outputs(workdir, outputs)
     report(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {workdir}")
+
+
+@contextlib.contextmanager
+def _holding(workdir: str, job: str, setup: Callable[[], None]):
+    """The workdir held for `job`, `setup()` (overwrite, config record) done once with the lock
+    held: by the only process, or by process 0 while the others wait for its outcome (a
+    refusal, WorkdirError, is raised on every process). The lock is released on exit."""
+    lock = workdir_lib.WorkdirLock(workdir, job)
+
+    def take() -> None:
+        lock.__enter__()
+        try:
+            setup()
+        except BaseException:
+            lock.__exit__(None, None, None)
+            raise
+
+    distributed.on_first(take)
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)  # a no-op where it was not taken
 
 
 def sft_job(config, workdir: str, overwrite: bool = False) -> str | None:
@@ -79,11 +105,14 @@ def train_job(config, workdir: str, stop_after: int | None = None,
     check_experiment(exp)
     check_prompts(exp)
     workdir = workdir_lib.prepare(workdir)
-    with workdir_lib.WorkdirLock(workdir, "launch.train"), StopRequest() as stop:
+
+    def setup() -> None:
         if overwrite:
             _overwrite(workdir, TRAIN_OUTPUTS)
         workdir_lib.record_config(workdir, exp.to_dict(), allow_config_change,
                                   defaults=exp.defaults())
+
+    with _holding(workdir, "launch.train", setup), StopRequest() as stop:
         existing = checkpoints.TrainCheckpointer(workdir)
         done = existing.latest_step()
         existing.close()
@@ -98,7 +127,8 @@ def train_job(config, workdir: str, stop_after: int | None = None,
                   "resumes")
             return None
         metadata = {"job": "train", "model": policy.config.to_dict(),
-                    "tokenizer": save_tokenizer_for(policy, workdir), "source": policy.source,
+                    "tokenizer": distributed.on_first(lambda: save_tokenizer_for(policy, workdir)),
+                    "source": policy.source,
                     "config": config.to_dict()}
         result = Trainer(exp, workdir, policy, metadata).run(stop_after, stop)
         result["seconds"] = time.perf_counter() - start
@@ -125,7 +155,7 @@ def write_summary(workdir: str, result: dict) -> None:
         if result[name]:
             summary[name] = {k: result[name][k] for k in ("eval/success_rate", "eval/pass@1")
                              if k in result[name]}
-    if jax.process_index() == 0:
+    if distributed.is_first():
         path = os.path.join(workdir, "train_summary.json")
         with open(path + ".tmp", "w") as f:
             json.dump(summary, f, indent=2)

@@ -21,6 +21,13 @@ One training step:
 Everything random is derived from the step number (rollout keys `fold_in(key, step)`, minibatch
 shuffles from (seed, step)) or checkpointed (the task sampler), so a resumed run reproduces the
 uninterrupted one exactly.
+
+With several processes (`jaxtree.parallel.distributed`) every process draws the step's tasks
+from the same task stream, plays its contiguous share of the groups on its own devices with a
+process-local copy of the parameters, and the shares are exchanged: every process then holds the
+same step batch, so the group filter, advantages, metrics and minibatches are those of a single
+process, and the update runs once over the global mesh. Stop requests are agreed on, so all
+processes end at the same step; metrics, transcripts and trees are written by process 0.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from tqdm import tqdm
 from jaxtree import checkpoints, evaluation, losses
 from jaxtree.advantages import build_advantage, build_filter, select_groups
 from jaxtree.config import ConfigError, Section, one_of, option, positive, require
+from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.policy import Policy
 from jaxtree.rewards import build_rewards
@@ -48,6 +56,7 @@ from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
+from jaxtree.train.shares import plays_shares, sample_round
 from jaxtree.train.stop import StopRequest
 from jaxtree.train.update import Updater, optimizer_from_config
 from jaxtree.utils import report, round_up
@@ -102,6 +111,15 @@ def check_experiment(exp: "Experiment") -> None:
     require(train.micro_batch_size % parallelism == 0, "train.micro_batch_size",
             f"{train.micro_batch_size} is not a multiple of the mesh's batch parallelism "
             f"data x fsdp = {parallelism}")
+    # Every process plays at least one group and one held-out task (an empty share would be
+    # a rollout of nothing).
+    processes = jax.process_count()
+    require(rollout.groups_per_step >= processes, "rollout.groups_per_step",
+            f"{rollout.groups_per_step} is fewer than the {processes} processes (each plays a "
+            "share of the groups)")
+    require(exp.eval.num_tasks >= processes, "eval.num_tasks",
+            f"{exp.eval.num_tasks} is fewer than the {processes} processes (each evaluates a "
+            "share of the tasks)")
 
 
 def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
@@ -140,6 +158,10 @@ class Trainer:
         self.metadata = metadata
         make_env = exp.env.factory()
         self.strategy = build_strategy(exp.rollout, policy.config, policy.tokenizer, make_env)
+        if distributed.is_multiprocess() and not plays_shares(self.strategy):
+            raise ConfigError("rollout.strategy", f"{exp.rollout.strategy!r} cannot run in a "
+                              "multi-process job: its sample() takes no first_group (see "
+                              "jaxtree.rollout.strategies.base)")
         self.reward_fn = build_rewards(exp.reward)
         self.group_filter = build_filter(exp.filter)
         self.advantage_fn = build_advantage(exp.advantage)
@@ -167,13 +189,15 @@ class Trainer:
                 sampler: TaskSampler) -> tuple[TrajectoryBatch, Rewards, dict]:
         """The step's batch of episodes after the group filter, its rewards, and metrics."""
         r = self.exp.rollout
+        params = self._local(params)
         step_key = jax.random.fold_in(jax.random.key(self.exp.train.seed), step)
         sampled, rewards, kept, strategy_metrics = [], [], [], []
         groups = episodes = nodes = 0
         for round_index in range(self.group_filter.max_rounds):
             tasks = sampler.draw(r.groups_per_step)
-            batch, metrics = self.strategy.sample(
-                params, jax.random.fold_in(step_key, round_index), tasks, step)
+            batch, metrics = sample_round(self.strategy, params,
+                                          jax.random.fold_in(step_key, round_index), tasks, step,
+                                          self.policy.tokenizer.pad_id)
             batch = batch.renumbered(groups, episodes, nodes)
             groups += len(tasks)
             episodes = int(batch.episode_ids.max()) + 1
@@ -209,6 +233,14 @@ class Trainer:
         }
         return batch, batch_rewards, metrics
 
+    def _local(self, params):
+        """The parameters rollouts and evaluations use: the train state's own with one process;
+        with several, this process's copy (rollout calls are not lockstep across processes, so
+        they cannot run on arrays that span other processes' devices)."""
+        if not distributed.is_multiprocess():
+            return params
+        return distributed.local_copy(self.updater.replicated_params(params))
+
     # ------------------------------------------------------------------ update
 
     def _minibatch_rows(self, real: int) -> int:
@@ -237,8 +269,8 @@ class Trainer:
         # enough empty rows to pad any chunk, and a row count the reference pass can split
         total = round_up(real + rows, self.updater.row_multiple)
         arrays = self._padded(batch, advantages, total - real)
-        arrays["ref_logprobs"] = np.asarray(self.updater.logprobs(self.reference,
-                                                                  arrays["tokens"]))
+        arrays["ref_logprobs"] = distributed.host_array(
+            self.updater.logprobs(self.reference, arrays["tokens"]))
         rng = np.random.default_rng([t.seed, step])
         collected = []
         for _ in range(t.epochs):
@@ -265,9 +297,9 @@ class Trainer:
     def evaluate(self, params, step: int) -> dict[str, float]:
         """Held-out success and the evaluation metrics (config section `eval`); the evaluation's
         transcripts go to <workdir>/transcripts/step_<step>.{jsonl,txt}."""
-        result = evaluation.evaluate(self.eval_engine, params, self.exp.eval)
-        # Every process evaluates the same episodes; one writes them.
-        if result.transcripts and jax.process_index() == 0:
+        result = evaluation.evaluate(self.eval_engine, self._local(params), self.exp.eval)
+        # Every process holds every evaluated episode (each played a share); one writes them.
+        if result.transcripts and distributed.is_first():
             evaluation.write_transcripts(f"{self.workdir}/transcripts", f"step_{step}",
                                          result.transcripts)
         return {f"eval/{key}": value for key, value in result.metrics.items()}
@@ -282,8 +314,8 @@ class Trainer:
         if restored is None:
             return state, rng, 0, {}
         step, params, opt_state, rng, trainer_state = restored
-        optimizer_steps = jax.device_put(jnp.asarray(trainer_state["optimizer_steps"], jnp.int32),
-                                         self.updater.state_shardings.step)
+        optimizer_steps = distributed.put(jnp.asarray(trainer_state["optimizer_steps"], jnp.int32),
+                                          self.updater.state_shardings.step)
         sampler.set_state(trainer_state["sampler"])
         report(f"resumed from {self.checkpointer.directory}/{step}")
         return type(state)(optimizer_steps, params, opt_state), rng, step, trainer_state
@@ -330,7 +362,8 @@ class Trainer:
                         f"{skipped_run} consecutive steps (to step {step}) had no finite update "
                         "(NaN/inf loss or gradient), so the run stops; skipped updates leave the "
                         "parameters as they were: lower optim.learning_rate or check model.dtype")
-                preempted = stop.requested or (
+                # agreed: a signal that reached one process stops them all at this step
+                preempted = distributed.any_process(stop.requested) or (
                     stop_after is not None and step - start_step >= stop_after and step < t.steps)
                 if step % self.exp.checkpoint.every == 0 or step == t.steps or preempted:
                     self._save(state, rng, sampler, step, initial_eval)
@@ -353,7 +386,7 @@ class Trainer:
         rollout_seconds = time.perf_counter() - start
         # A tree rollout saves one group's tree at every evaluation step (launch.show_tree).
         group = first_tree_group(batch) if len(batch) else None
-        if (group is not None and self.is_eval_step(step) and jax.process_index() == 0):
+        if group is not None and self.is_eval_step(step) and distributed.is_first():
             write_tree(self.workdir, step, group_tree(batch, group))
         if len(batch) == 0:
             report(f"step {step}: every group was filtered out; no update")

@@ -35,6 +35,7 @@ from jaxtree import losses
 from jaxtree.config import Section, between, non_negative, one_of, option, positive
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.token_scores import TrainingMemory, token_scores
+from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
 
 BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
@@ -176,7 +177,10 @@ class Updater:
     Parameters and optimizer state live sharded by `mesh.param_shardings`; batches are split by
     rows over data x fsdp (their row count must be a multiple of `row_multiple`, the micro-batch
     size, itself a multiple of data x fsdp so every device gets rows of every micro-batch). The state is
-    donated: the caller must use the returned state. `memory` trades compute for activation memory
+    donated: the caller must use the returned state. In a multi-process job the mesh spans every
+    process's devices, every process calls each method with the same host values (the whole
+    minibatch), and each places the rows of its own devices (`distributed.put`). `memory` trades
+    compute for activation memory
     in the update and the reference log-probs (`jaxtree.models.token_scores`).
     """
 
@@ -210,6 +214,8 @@ class Updater:
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),
                              in_shardings=(self.param_shardings,),
                              out_shardings=self.param_shardings)
+        self._replicate = jax.jit(lambda tree: tree, in_shardings=(self.param_shardings,),
+                                  out_shardings=mesh_lib.replicated(mesh))
         self._logprobs = jax.jit(
             lambda params, tokens: token_scores(model_config, params, tokens, memory)[0],
             in_shardings=(self.param_shardings, self.batch_sharding),
@@ -221,23 +227,29 @@ class Updater:
         params = self.place_params(params)
         opt_state = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)(
             params)
-        return TrainState(jax.device_put(jnp.asarray(step, jnp.int32),
-                                         self.state_shardings.step), params, opt_state)
+        return TrainState(distributed.put(jnp.asarray(step, jnp.int32),
+                                          self.state_shardings.step), params, opt_state)
 
     def place_params(self, params):
         """A sharded copy of `params` that never shares buffers with the input (device_put may
         reuse the input's buffer for one shard of a replicated array; a jit output is fresh)."""
-        params = jax.device_put(params, self.param_shardings)
+        params = distributed.put(params, self.param_shardings)
         return self._copy(params)
 
+    def replicated_params(self, params):
+        """`params` gathered whole onto every device of the mesh (an all-gather of the fsdp and
+        tensor shards): the source of each process's local copy for rollouts in a
+        multi-process job (`jaxtree.parallel.distributed.local_copy`)."""
+        return self._replicate(params)
+
     def step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        batch = {k: jax.device_put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
+        batch = {k: distributed.put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
         return self._step(state, batch)
 
     def logprobs(self, params, tokens) -> jax.Array:
         """float32[B, T] log-probs of `tokens` (B a multiple of `row_multiple`), computed in
         micro-batch-sized chunks of rows."""
         size = self.row_multiple
-        out = [self._logprobs(params, jax.device_put(tokens[i:i + size], self.batch_sharding))
+        out = [self._logprobs(params, distributed.put(tokens[i:i + size], self.batch_sharding))
                for i in range(0, tokens.shape[0], size)]
         return jnp.concatenate(out, axis=0)

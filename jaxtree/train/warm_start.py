@@ -5,6 +5,12 @@ Builds `sft.num_episodes` demonstrations from training seeds, trains with masked
 the action tokens (AdamW, warm-up + cosine, `jaxtree.train.sft`), logs metrics to
 <workdir>/sft_metrics.jsonl and saves an orbax checkpoint (params + metadata) under
 <workdir>/checkpoints/<steps>.
+
+In a multi-process job every process trains the same warm start on its own first device (the
+demonstrations and batches come from the seed; the model is small next to the RL run's), process
+0 writes the log and the tokenizer files, and the checkpoint holds process 0's parameters, which
+every process then loads: the RL run starts from one set of parameters even where two devices
+would not compute bit-identical results.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from tqdm import tqdm
 from environments.base import TextEnv
 from jaxtree import checkpoints
 from jaxtree.config import ConfigError, Section, between, non_negative, option, positive, require
+from jaxtree.parallel import distributed
 from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tasks import train_seeds
@@ -113,8 +120,10 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
     saver = checkpoints.TrainCheckpointer(workdir, max_to_keep=1)
     metadata = {**metadata, "source": policy.source, "demonstration_success": demo_success}
     model_metadata = {"model": policy.config.to_dict(),
-                      "tokenizer": save_tokenizer_for(policy, workdir)}
-    log_path = os.path.join(workdir, "sft_metrics.jsonl")
+                      "tokenizer": distributed.on_first(lambda: save_tokenizer_for(policy,
+                                                                                   workdir))}
+    # process 0 writes the log; the others write theirs to nowhere
+    log_path = os.path.join(workdir, "sft_metrics.jsonl") if distributed.is_first() else os.devnull
     first = 1
     restored = saver.restore_latest(params, opt_state, report=report)
     if restored is not None:
@@ -122,7 +131,8 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
         rng.bit_generator.state = state["batch_rng"]
         first = first_done + 1
         report(f"sft: resumed from {saver.directory}/{first_done}")
-    keep_records_until(log_path, first - 1)
+    if distributed.is_first():
+        keep_records_until(log_path, first - 1)
     step, record = first - 1, {}
     try:
         with open(log_path, "a") as log:
@@ -140,7 +150,8 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
                     log.write(json.dumps(record) + "\n")
                     log.flush()
                     logging.info("sft step %d: %s", step, record)
-                if stop.requested and step < s.steps:
+                # agreed: a signal that reached one process stops them all at this step
+                if distributed.any_process(stop.requested) and step < s.steps:
                     saver.save(step, params, {**model_metadata, **metadata, "finished": False},
                                opt_state=opt_state,
                                trainer={"step": step, "batch_rng": rng.bit_generator.state})

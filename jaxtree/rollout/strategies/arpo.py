@@ -50,7 +50,7 @@ import numpy as np
 from jaxtree.config import Section, between, non_negative, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             start_trees, tree_group_metrics)
+                                             share_key, start_trees, tree_group_metrics)
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 # ARPO's released scripts (ARPO_7B_Reasoning_1node.sh and the deep-search ones).
@@ -192,9 +192,11 @@ class Arpo:
         self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
                                  context.rollout)
 
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
-               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+    share_sums = ("arpo/branch_points", "arpo/forks", "arpo/refills", "arpo/refused")
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
+               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
         del step
-        batch, metrics = sample_arpo(self.engine, params, rng, tasks, self.settings,
-                                     self.vocab_size)
+        batch, metrics = sample_arpo(self.engine, params, share_key(rng, first_group), tasks,
+                                     self.settings, self.vocab_size)
         return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}

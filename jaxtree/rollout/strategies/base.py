@@ -10,6 +10,16 @@ methods, a variable number of) episodes per task:
 training step (strategies whose behaviour is annealed, like LATR's hybrid fraction, read it).
 Metrics are floats to log under the strategy's own prefix (e.g. `latr/`).
 
+In a multi-process job each process plays a contiguous share of the step's tasks
+(`jaxtree.parallel.distributed`) and passes `first_group`, the step-wide index of its tasks[0].
+Strategies whose draws are keyed per episode or per group (independent, best_of_n, latr) offset
+those keys by it, so a share draws exactly what one process playing every group would; tree
+controllers (patr, arpo, beam, lookahead, mc_values), whose episode ids follow the order of forks
+in the session, fold it into their key (`share_key`): every share draws its own stream, the same
+for a given number of processes. Groups never span processes. The batch's ids stay local (group
+0 is tasks[0]); the trainer renumbers the shares when it joins them. Metrics of the shares are
+combined by `combine_shares`: a strategy lists its counts in `share_sums`.
+
 A new strategy is a class (or any object with `sample`) registered with its typed settings:
 
     @STRATEGIES.register("my_tree", MyTreeConfig)
@@ -40,9 +50,39 @@ STRATEGIES = Registry("rollout strategy")
 
 
 class RolloutStrategy(Protocol):
-    def sample(self, params: Any, rng: jax.Array, tasks: Sequence[int],
-               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
-        """Episodes of every task (group g = tasks[g]) and the strategy's metrics."""
+    def sample(self, params: Any, rng: jax.Array, tasks: Sequence[int], step: int, *,
+               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
+        """Episodes of every task (group g = tasks[g]) and the strategy's metrics; `first_group`
+        is the step-wide index of tasks[0] (a process's share of the step, see above)."""
+
+
+def share_key(rng: jax.Array, first_group: int) -> jax.Array:
+    """A tree controller's key for the share of groups starting at `first_group`: the step's
+    key itself for the first share (one process: unchanged), else the key folded with it, so
+    the shares of a multi-process step draw independent streams."""
+    return rng if first_group == 0 else jax.random.fold_in(rng, first_group)
+
+
+def combine_shares(metrics: Sequence[dict[str, float]], groups: Sequence[int],
+                   sums: Sequence[str] = ()) -> dict[str, float]:
+    """One process's view of a step's strategy metrics from every share's (`metrics[p]` from
+    the process that played `groups[p]` groups): a metric named by (or starting with) an entry
+    of `sums` is a count and adds up, one ending in `_min` / `_max` takes the extreme, and any
+    other (a mean or a rate) is averaged weighted by the shares' groups."""
+    out = {}
+    for key in dict.fromkeys(k for m in metrics for k in m):  # every share's keys, in order
+        present = [p for p, m in enumerate(metrics) if key in m]
+        values = np.asarray([metrics[p][key] for p in present], np.float64)
+        weights = np.asarray([groups[p] for p in present], np.float64)
+        if any(key.startswith(prefix) for prefix in sums):
+            out[key] = float(values.sum())
+        elif key.endswith("_min"):
+            out[key] = float(values.min())
+        elif key.endswith("_max"):
+            out[key] = float(values.max())
+        else:
+            out[key] = float((values * weights).sum() / max(weights.sum(), 1.0))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

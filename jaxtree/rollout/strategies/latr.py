@@ -83,16 +83,19 @@ def _depths(parent: np.ndarray, is_child: np.ndarray) -> np.ndarray:
 
 
 def sample_latr(context: RolloutContext, settings: LatrRolloutConfig, params, rng: jax.Array,
-                task_ids: Sequence[int], tree_slots: int) -> tuple[TrajectoryBatch,
-                                                                    dict[str, float]]:
+                task_ids: Sequence[int], tree_slots: int, first_group: int = 0
+                ) -> tuple[TrajectoryBatch, dict[str, float]]:
     """k = context.group_size rollouts of each task (group g = task_ids[g]), `tree_slots` of
-    them in the tree; returns (batch, tree statistics)."""
-    batch, stats, _ = sample_latr_trees(context, settings, params, rng, task_ids, tree_slots)
+    them in the tree; returns (batch, tree statistics). The kernel keys group g's rows by
+    first_group + g (a share of a step's groups draws what it would among all of them)."""
+    batch, stats, _ = sample_latr_trees(context, settings, params, rng, task_ids, tree_slots,
+                                        first_group)
     return batch, stats
 
 
 def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, params,
-                      rng: jax.Array, task_ids: Sequence[int], tree_slots: int
+                      rng: jax.Array, task_ids: Sequence[int], tree_slots: int,
+                      first_group: int = 0
                       ) -> tuple[TrajectoryBatch, dict[str, float], LatrOutput]:
     """`sample_latr`, also returning the kernel's output (host arrays): its per-group branch
     and prune event logs are what an analysis of the trees reads."""
@@ -115,7 +118,7 @@ def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, para
         context.model_config, settings.kernel(), context.rollout.sampling, k,
         context.rollout.max_action_tokens, tokenizer.pad_id, params, jnp.asarray(prompt_tokens),
         jnp.asarray([len(p) for p in prompts], jnp.int32),
-        jnp.arange(len(prompts), dtype=jnp.int32), jnp.int32(tree_slots), rng,
+        first_group + jnp.arange(len(prompts), dtype=jnp.int32), jnp.int32(tree_slots), rng,
         jnp.asarray([s[0] for s in stops], jnp.int32)))
 
     records = []
@@ -169,9 +172,11 @@ class Latr:
         self.settings = settings
         self.context = context
 
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
-               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+    share_sums = ("latr/completed_rows", "latr/forked_rows", "latr/forwards")
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
+               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
         s = self.settings
         eta = eta_at(step - 1, s.eta0, s.eta_decay, s.eta_schedule)
         return sample_latr(self.context, s, params, rng, tasks,
-                           num_tree_slots(eta, self.context.group_size))
+                           num_tree_slots(eta, self.context.group_size), first_group)

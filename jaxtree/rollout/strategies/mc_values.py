@@ -38,7 +38,8 @@ import numpy as np
 
 from jaxtree.config import Section, option, positive
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
+from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
+                                             share_key)
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 PAPER_CONTINUATIONS = 100   # VPR §3.1: "100 light-weight Monte Carlo rollouts"
@@ -120,9 +121,11 @@ class McValues:
         self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
                                  context.rollout)
 
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
-               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+    share_sums = ("mc/",)
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
+               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
         del step
-        batch, metrics = sample_with_values(self.engine, params, rng, tasks, self.group_size,
-                                            self.settings.continuations)
+        batch, metrics = sample_with_values(self.engine, params, share_key(rng, first_group),
+                                            tasks, self.group_size, self.settings.continuations)
         return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}

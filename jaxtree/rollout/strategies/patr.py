@@ -51,7 +51,7 @@ from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
 from jaxtree.rollout.scorers import SCORERS
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             start_trees, tree_group_metrics)
+                                             share_key, start_trees, tree_group_metrics)
 from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
 
 # PATR §5.1 Implementation Details (FrozenLake).
@@ -216,10 +216,14 @@ class Patr:
         self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
                                  context.rollout)
 
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int],
-               step: int) -> tuple[TrajectoryBatch, dict[str, float]]:
+    share_sums = ("patr/scoring_points", "patr/expanded", "patr/refused", "patr/pruned_",
+                  "patr/judge_")
+
+    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
+               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
         del step
-        batch, metrics = sample_patr(self.engine, params, rng, tasks, self.settings, self.scorer)
+        batch, metrics = sample_patr(self.engine, params, share_key(rng, first_group), tasks,
+                                     self.settings, self.scorer)
         # A scorer with its own counts (the HTTP judge's requests, failures and fallbacks since
         # the previous step) reports them with the tree's metrics.
         scorer_metrics = getattr(self.scorer, "metrics", None)

@@ -40,7 +40,8 @@ import jax
 
 from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, require_slots
+from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
+                                             share_key)
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 # TSR §4.2 (N = 28 -> L = 16, M = 4, B = 2, D = 2).
@@ -94,12 +95,14 @@ def _returns(engine: SlotEngine, episode_id: int) -> float:
 
 
 def sample_best_of_n(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                     group_size: int, candidates: int) -> tuple[TrajectoryBatch, dict]:
-    """N episodes per task, the `group_size` with the highest return kept (Eq. 4)."""
+                     group_size: int, candidates: int,
+                     first_group: int = 0) -> tuple[TrajectoryBatch, dict]:
+    """N episodes per task, the `group_size` with the highest return kept (Eq. 4); candidate j
+    of group g samples with the keys of episode (first_group + g) x N + j."""
     if candidates < group_size:
         raise ValueError(f"best_of_n.candidates={candidates} is below the group size "
                          f"{group_size}")
-    engine.begin(params, rng)
+    engine.begin(params, rng, key_offset=first_group * candidates)
     groups = [[engine.add_episode(task, group_id=g) for _ in range(candidates)]
               for g, task in enumerate(task_ids)]
     engine.run()
@@ -243,10 +246,12 @@ class BestOfN:
         self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
                                  context.rollout)
 
-    def sample(self, params, rng, tasks, step):
+    share_sums = ("tsr/",)
+
+    def sample(self, params, rng, tasks, step, *, first_group: int = 0):
         del step
         batch, metrics = sample_best_of_n(self.engine, params, rng, tasks, self.group_size,
-                                          self.settings.candidates)
+                                          self.settings.candidates, first_group)
         return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
 
 
@@ -266,10 +271,12 @@ class _Search:
             live = max(settings.beams, stage.group_size) * settings.branching
         require_slots(stage, stage.groups_per_step * live * (2 if settings.depth else 1))
 
-    def sample(self, params, rng, tasks, step):
+    share_sums = ("tsr/",)
+
+    def sample(self, params, rng, tasks, step, *, first_group: int = 0):
         del step
-        batch, metrics = sample_beam(self.engine, params, rng, tasks, self.group_size,
-                                     self.settings)
+        batch, metrics = sample_beam(self.engine, params, share_key(rng, first_group), tasks,
+                                     self.group_size, self.settings)
         return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
 
 

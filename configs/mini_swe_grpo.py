@@ -13,4 +13,6 @@ from jaxtree.experiment import rl_config, sibling_config
 
 
 def get_config():
-    return rl_config(sibling_config(__file__, "mini_swe_sft"), "grpo")
+    # 8 rows of 1,536 positions per micro-batch (the warm start's memory note)
+    return rl_config(sibling_config(__file__, "mini_swe_sft"), "grpo",
+                     {"train.micro_batch_size": 8})

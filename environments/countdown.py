@@ -90,6 +90,16 @@ Parameters (constructor, keyword-only)
   max_steps                 default 1; larger values change nothing, since every answer ends the
                             episode.
   format_penalty            default 0.0 (see Rewards).
+  reasoning                 default 0. With R > 0, chat-style `answer_text` (what demonstrations
+                            and the oracle write) precedes the answer with a <think> trace: up to
+                            R wrong attempts, each a random expression over the numbers worked
+                            out step by step ("7 + 5 = 12, 12 * 3 = 36. 36 is not 22."), then the
+                            answer's own steps. The attempts' count (uniform in [0, R]) and
+                            expressions are drawn from the instance (numbers and target), so a
+                            task's demonstration is always the same. A warm start on these
+                            teaches a model to reason before answering (LATR's setting: the
+                            branching happens in the reasoning) without changing what is scored:
+                            only the last <answer> block counts.
 
 Observation
 -----------
@@ -287,6 +297,33 @@ def random_expression(numbers_: list[int], rng: np.random.Generator) -> Expr:
     return build(order)
 
 
+def _number_text(value: Fraction) -> str:
+    """An integer as itself, a fraction in parentheses, so a step reads unambiguously."""
+    return (str(value.numerator) if value.denominator == 1
+            else f"({value.numerator}/{value.denominator})")
+
+
+def worked_steps(expr: Expr) -> list[str]:
+    """`expr`'s operations in evaluation order, each with its value: ('+', ('*', 3, 5), 7) ->
+    ['3 * 5 = 15', '15 + 7 = 22']; a division by zero stops the list at that step."""
+    steps: list[str] = []
+
+    def walk(node: Expr) -> Fraction | None:
+        if isinstance(node, int):
+            return Fraction(node)
+        op, left, right = node
+        a = walk(left)
+        b = walk(right) if a is not None else None
+        if b is None or (op == "/" and b == 0):
+            return None
+        value = _APPLY[op](a, b)
+        steps.append(f"{_number_text(a)} {op} {_number_text(b)} = {_number_text(value)}")
+        return value
+
+    walk(expr)
+    return steps
+
+
 # ---------------------------------------------------------------------------- solver
 
 
@@ -367,7 +404,8 @@ class Countdown(TextEnv):
 
     def __init__(self, *, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 100,
                  max_target: int = 100, style: str = "chat", max_steps: int = 1,
-                 format_penalty: float = 0.0):
+                 format_penalty: float = 0.0, reasoning: int = 0):
+        self.reasoning = _check_int("reasoning", reasoning, 0)
         self.min_numbers = _check_int("min_numbers", min_numbers, 2, MAX_NUMBERS)
         self.max_numbers = _check_int("max_numbers", max_numbers, self.min_numbers, MAX_NUMBERS)
         self.max_number = _check_int("max_number", max_number, 1, MAX_NUMBER)
@@ -416,6 +454,29 @@ class Countdown(TextEnv):
 
     def _format_action(self, action: Expr) -> str:
         return format_expression(action)
+
+    def answer_text(self, action, style: str | None = None) -> str:
+        """The base class's text, after a <think> trace in chat style when `reasoning` > 0 (see
+        the module docstring)."""
+        text = super().answer_text(action, style)
+        if self.reasoning == 0 or self._style(style) != "chat" or not self.numbers:
+            return text
+        return f"<think>{self._reasoning_trace(action)}</think>\n{text}"
+
+    def _reasoning_trace(self, action: Expr) -> str:
+        rng = np.random.default_rng([*self.numbers, self.target])
+        lines = []
+        for _ in range(int(rng.integers(0, self.reasoning + 1))):
+            attempt = random_expression(list(self.numbers), rng)
+            value = evaluate(attempt)
+            if value is None or value == self.target:  # a division by zero, or a lucky hit
+                continue
+            lines.append(f"Let me try {', '.join(worked_steps(attempt))}. "
+                         f"{_number_text(value)} is not {self.target}.")
+        value = evaluate(action)
+        verdict = ("That works." if value == self.target else "I will answer that.")
+        lines.append(f"Let me try {', '.join(worked_steps(action)) or action}. {verdict}")
+        return "\n".join(lines)
 
     def _canonical_state(self) -> str:
         numbers_ = ",".join(map(str, sorted(self.numbers)))

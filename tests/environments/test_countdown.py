@@ -334,7 +334,56 @@ def test_render_instructions_and_canonical_state():
     ({"max_number": 10**7}, "max_number"), ({"max_target": 0}, "max_target"),
     ({"min_numbers": 3.5}, "min_numbers"), ({"max_target": True}, "max_target"),
     ({"style": "verbose"}, "style"), ({"max_steps": 0}, "max_steps"),
+    ({"reasoning": -1}, "reasoning"), ({"reasoning": 1.5}, "reasoning"),
 ])
 def test_bad_options_name_themselves(options, name):
     with pytest.raises(ValueError, match=name):
         environments.make("countdown", **options)
+
+
+def test_reasoning_traces_work_out_wrong_attempts_then_the_answer():
+    """`reasoning=R`: chat demonstrations think before answering. Each step of the trace is
+    checked against exact arithmetic (not the environment's evaluator), the attempts are wrong
+    and at most R, the oracle's trace ends with its own steps reaching the target, the answer
+    still parses to the same action, and the trace depends only on the instance."""
+    from environments.countdown import worked_steps
+
+    assert worked_steps(("+", ("*", 3, 5), 7)) == ["3 * 5 = 15", "15 + 7 = 22"]
+    assert worked_steps(("*", ("/", 3, 82), 2)) == ["3 / 82 = (3/82)", "(3/82) * 2 = (3/41)"]
+    assert worked_steps(("/", 3, ("-", 2, 2))) == ["2 - 2 = 0"]  # stops at the division by 0
+    assert worked_steps(7) == []
+
+    def number(text):
+        return Fraction(text.strip("()"))
+
+    env = environments.make("countdown", min_numbers=3, max_numbers=4, reasoning=4)
+    twin = environments.make("countdown", min_numbers=3, max_numbers=4, reasoning=4)
+    attempts, rng = [], np.random.default_rng(0)
+    for seed in range(40):
+        env.reset(seed)
+        twin.reset(seed)
+        for action in (env.oracle_action(), env.random_action(rng)):
+            text = env.answer_text(action)
+            assert env.parse_action(text) == action
+            assert text == twin.answer_text(action)          # a function of the instance
+            think, answer = text.split("</think>\n")
+            assert think.startswith("<think>") and answer == f"<answer>{format_expression(action)}</answer>"
+            lines = think[len("<think>"):].split("\n")
+            assert 1 <= len(lines) <= 5
+            for line in lines:
+                steps, verdict = line[len("Let me try "):].split(". ", 1)
+                value = None
+                for step in steps.split(", "):
+                    left, value_text = step.split(" = ")
+                    a, op, b = left.split(" ")
+                    value = OPS[op](number(a), number(b))
+                    assert number(value_text) == value, step
+                if line is not lines[-1]:
+                    assert verdict == f"{value_text} is not {env.target}." and value != env.target
+            if action == env.oracle_action():
+                assert lines[-1].endswith("That works.") and value == env.target
+                attempts.append(len(lines) - 1)
+    assert set(attempts) >= {0, 1, 2, 3}  # the count varies with the instance
+    compact = environments.make("countdown", style="compact", reasoning=4)
+    compact.reset(0)
+    assert compact.answer_text(compact.oracle_action()) == format_expression(compact.oracle_action())

@@ -12,7 +12,10 @@ overrides as for the other jobs); --checkpoint is the policy (default: config.mo
 tasks are the held-out evaluation seeds (`jaxtree.tasks.eval_seeds`) on the evaluation
 environment, as in `launch.evaluate`. Every method samples every task's group once per seed
 (key `jax.random.key(seed)`, the same for every method) after one untimed warm-up call (it
-compiles). `--groups_per_call` samples the tasks in calls of that many (call c with key
+compiles). `--merge=a.json,b.json,...` samples nothing: it joins the outputs of jobs that ran
+the same study with different seeds (each seed's numbers depend only on its key, so a study
+split into one job per seed, e.g. to survive a restart, is the study run at once, timings
+aside) and writes the combined table to --output. `--groups_per_call` samples the tasks in calls of that many (call c with key
 fold_in(seed key, c)), so that only those rows' KV cache is resident. Methods:
 
   independent   the slot engine's k independent samples per task (`rollout.strategy=independent`)
@@ -49,6 +52,7 @@ Markdown table and writes every seed's numbers, the machine and the config as JS
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -101,6 +105,8 @@ _ETA = flags.DEFINE_float("eta", 0.5, "hybrid: the fraction η of tree slots (ro
 _BINS = flags.DEFINE_integer("bins", 8, "Bins of the branch and prune step histograms.",
                              lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", DEFAULT_OUTPUT, "JSON output path.")
+_MERGE = flags.DEFINE_list("merge", None, "Join these outputs of one study run with different "
+                           "seeds into --output, sampling nothing.")
 _GROUPS_PER_CALL = flags.DEFINE_integer(
     "groups_per_call", None, "Tasks sampled per call (default: all at once); bounds the resident "
     "KV cache, e.g. 16 for a 135M model's 8 x 1,024-token rows on a CPU.", lower_bound=1)
@@ -260,6 +266,60 @@ def summed_events(events: Sequence[dict]) -> dict:
     return out
 
 
+# Fields that must agree between the outputs `merge_results` joins: the same study.
+SAME_STUDY = ("policy", "env", "tasks", "k", "max_action_tokens", "eta", "latr",
+              "histogram_edges", "groups_per_call")
+
+
+def merge_results(results: Sequence[dict], names: Sequence[str]) -> dict:
+    """One result from the outputs of jobs that ran the same study (SAME_STUDY fields and
+    methods equal) with different seeds: the seeds' numbers side by side, summaries and event
+    histograms recomputed over all of them. ValueError naming the output and the field that
+    differs, or the seed that repeats."""
+    first = results[0]
+    seeds: list[int] = []
+    for result, name in zip(results, names):
+        for key in SAME_STUDY:
+            if result.get(key) != first.get(key):
+                raise ValueError(f"{name}: {key} differs from {names[0]}'s (another study)")
+        if list(result["methods"]) != list(first["methods"]):
+            raise ValueError(f"{name}: methods {list(result['methods'])} differ from "
+                             f"{names[0]}'s {list(first['methods'])}")
+        repeated = set(result["seeds"]) & set(seeds)
+        if repeated:
+            raise ValueError(f"{name}: seed {min(repeated)} is already in an earlier output")
+        seeds += result["seeds"]
+    methods = {}
+    for method, joined in first["methods"].items():
+        per_seed = {seed: metrics for result in results
+                    for seed, metrics in result["methods"][method]["seeds"].items()}
+        events = [m["events"] for m in per_seed.values() if "events" in m]
+        methods[method] = {"tree_slots": joined["tree_slots"], "seeds": per_seed,
+                           "summary": summarize(list(per_seed.values())),
+                           "events": summed_events(events) if events else None}
+    return {**first, "seeds": seeds, "methods": methods, "merged_from": list(names),
+            "machine": [result["machine"] for result in results]}
+
+
+def merge_files(paths: Sequence[str], output: str | None) -> dict:
+    """`merge_results` of the JSON files at `paths`; prints the tables, writes `output`."""
+    results = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                results.append(json.load(f))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a readable study output ({e})") from None
+    result = merge_results(results, list(paths))
+    print(f"LATR sampling study of {result['policy']}: {len(result['tasks'])} held-out tasks x "
+          f"k = {result['k']}, seeds {','.join(map(str, result['seeds']))} "
+          f"(merged from {len(paths)} outputs)")
+    print_tables(result)
+    if output is not None:
+        write_json(output, result)
+    return result
+
+
 # ----------------------------------------------------------------------------- the job
 
 def run_method(sampler: Sampler, params, tasks: Sequence[int], seeds: Sequence[int],
@@ -369,6 +429,13 @@ def checked_output(path: str) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         fail(f"unexpected arguments: {argv[1:]}")
+    if _MERGE.value:
+        output = checked_output(_OUTPUT.value)
+        try:
+            merge_files(_MERGE.value, output)
+        except ValueError as e:
+            fail(f"--merge: {e}")
+        return
     try:
         seeds = parse_seeds(_SEEDS.value)
     except ValueError as e:

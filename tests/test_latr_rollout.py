@@ -183,6 +183,25 @@ def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_pat
                 pytest.approx(seed["branches_per_group"] * STUDY_TASKS)
     assert methods["latr"]["summary"]["branches_per_group"]["mean"] > 0
 
+    # The study split into one output per seed (--merge) joins back into the same table.
+    halves = []
+    for seed in ("0", "1"):
+        half = json.loads(json.dumps(result))
+        half["seeds"] = [int(seed)]
+        for method in half["methods"].values():
+            method["seeds"] = {seed: method["seeds"][seed]}
+            method["summary"] = method["events"] = None  # recomputed by the merge
+        halves.append(half)
+    merged = latr_sampling.merge_results(halves, ["a.json", "b.json"])
+    assert merged["seeds"] == [0, 1]
+    for name, method in methods.items():
+        assert merged["methods"][name]["summary"] == method["summary"], name
+        assert merged["methods"][name]["events"] == method["events"], name
+    with pytest.raises(ValueError, match="b.json: seed 0 is already"):
+        latr_sampling.merge_results([halves[0], halves[0]], ["a.json", "b.json"])
+    with pytest.raises(ValueError, match="b.json: k differs"):
+        latr_sampling.merge_results([halves[0], {**halves[1], "k": K + 1}], ["a.json", "b.json"])
+
     # seed 0 again, straight from the strategies: the same batches give the job's numbers
     exp = Experiment.from_config(_config())
     context = RolloutContext(model_config, policy.tokenizer, exp.env.eval_factory(),

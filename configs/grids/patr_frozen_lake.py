@@ -46,6 +46,9 @@ def get_grid():
             "patr_judge": {**TREE, "rollout.patr.scorer": "judge",
                            "rollout.patr.judge.model": "{warm_start}"},
             "patr_best_n": {**TREE, "rollout.patr.group": "best_n"},
+            # PATR Table 3: shorter scoring intervals score more often. At K = 5 most 4x4
+            # episodes (~5.7 turns) have ended before the first scoring point.
+            "patr_k2": {**TREE, "rollout.patr.interval": 2},
         },
         "artifacts": {"prm": {"job": "launch.train_prm", "config": "frozen_lake_prm.py"}},
         "seeds": (0, 1, 2),

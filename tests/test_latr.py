@@ -1,9 +1,9 @@
 """The LATR kernel against a plain-Python Algorithm 1, descendant removal, completion, sharding."""
 
 import collections
-import dataclasses
 import functools
 import textwrap
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,24 +90,36 @@ def _next_probs_fn(config, params, prompt, n):
     return next_probs
 
 
+class Setting(NamedTuple):
+    k: int
+    tau_abs: float
+    tau_rel: float
+    tau_ed: float
+    windows: tuple
+    n: int
+    # How a group whose tree ends short of k is completed. Completion follows the tree phase
+    # (which every setting checks against Algorithm 1), so each setting's compiled kernel also
+    # serves one completion test.
+    completion: str
+
+
 SETTINGS = [
-    # k, tau_abs, tau_rel, tau_ed, windows, n
-    (4, 0.2, 0.3, 0.6, (3, 5), 16),
-    (4, 0.15, 0.5, 0.8, (2, 4, 6), 18),
-    (6, 0.1, 0.6, 0.5, (4,), 14),
+    Setting(4, 0.2, 0.3, 0.6, (3, 5), 16, "duplicate"),
+    Setting(4, 0.15, 0.5, 0.8, (2, 4, 6), 18, "restart"),
+    Setting(6, 0.1, 0.6, 0.5, (4,), 14, "fresh"),
 ]
 
 
 def _latr(setting):
-    k, tau_abs, tau_rel, tau_ed, windows, n = setting
-    return LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    return LatrConfig(tau_abs=setting.tau_abs, tau_rel=setting.tau_rel, tau_ed=setting.tau_ed,
+                      windows=setting.windows, completion=setting.completion)
 
 
 def _assert_tree_matches_reference(config, params, setting, out, g, prompt, eos=EOS):
     """Group g of the kernel's output has the reference's tree: tree end, branch and prune
     events, and each slot alive at the end of the tree phase (origin, parent, birth, tokens).
     Returns the reference's result."""
-    k, tau_abs, tau_rel, tau_ed, windows, n = setting
+    k, tau_abs, tau_rel, tau_ed, windows, n, _ = setting
     ref = latr_tree_reference(_next_probs_fn(config, params, prompt, n), k, n, tau_abs, tau_rel,
                               tau_ed, windows, {eos})
     end = ref["tree_end"]
@@ -134,7 +146,7 @@ def _assert_tree_matches_reference(config, params, setting, out, g, prompt, eos=
 @pytest.mark.parametrize("seed", [0])
 def test_tree_phase_equals_plain_python_algorithm_1(peaky, setting, seed):
     config, params = peaky
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, seed)
     out = _run(config, params, _latr(setting), k, prompts, lengths, n, seed=seed)
     for g in range(3):
@@ -150,7 +162,7 @@ def test_every_candidate_passing_eq5_can_branch(fan):
     eight candidates beside c*, five of which a group of 6 can take), as in the reference."""
     config, params = fan
     setting = SETTINGS[2]
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, 0)
     out = _run(config, params, _latr(setting), k, prompts, lengths, n)
     widest = 0
@@ -274,7 +286,7 @@ def test_a_prompts_tree_does_not_depend_on_its_batch(peaky, setting, seed, x, eo
     compute the same rows, so the loop ends when the prompt's rows end, as in a batch of one
     (which would compile the kernel again)."""
     config, params = peaky
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, seed)
     others = [g for g in range(3) if g != x]
     alone = _run(config, params, _latr(setting), k, prompts[[x] * 3], lengths[[x] * 3], n,
@@ -296,25 +308,27 @@ def test_a_prompts_tree_does_not_depend_on_its_batch(peaky, setting, seed, x, eo
 def test_settings_exercise_branching_and_pruning(peaky):
     config, params = peaky
     branches = prunes = 0
-    for k, tau_abs, tau_rel, tau_ed, windows, n in SETTINGS:
-        latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    for setting in SETTINGS:
         for seed in (0, 1):
-            out = _run(config, params, latr, k, *_prompts(3, seed), n, seed=seed)
+            out = _run(config, params, _latr(setting), setting.k, *_prompts(3, seed), setting.n,
+                       seed=seed)
             branches += int(out.num_branches.sum())
             prunes += int(out.num_prunes.sum())
     assert branches >= 5 and prunes >= 2
 
 
-@pytest.mark.parametrize("completion", ["fresh", "restart", "duplicate"])
-def test_every_group_returns_exactly_k_sequences(peaky, completion):
+# (setting, prompt set): prunes leave slots that no later branch refills, so groups end short of
+# k and get completed, one completion per setting
+COMPLETION_CASES = [(SETTINGS[2], 1), (SETTINGS[1], 0), (SETTINGS[0], 0)]
+
+
+@pytest.mark.parametrize("setting, seed", COMPLETION_CASES,
+                         ids=[s.completion for s, _ in COMPLETION_CASES])
+def test_every_group_returns_exactly_k_sequences(peaky, setting, seed):
     config, params = peaky
-    # the third setting on its second prompt set prunes slots that no later branch refills:
-    # groups end short of k and get completed ('fresh', the default, is the setting's own run)
-    setting, seed = SETTINGS[2], 1
-    k, n = setting[0], setting[-1]
-    latr = dataclasses.replace(_latr(setting), completion=completion)
+    k, n, completion = setting.k, setting.n, setting.completion
     prompts, lengths = _prompts(3, seed)
-    out = _run(config, params, latr, k, prompts, lengths, n, seed=seed)
+    out = _run(config, params, _latr(setting), k, prompts, lengths, n, seed=seed)
     assert out.tokens.shape == (3, k, n)
     assert np.all(out.lengths >= 1)
     np.testing.assert_array_equal(out.mask, np.arange(n)[None, None] < out.lengths[..., None])
@@ -424,7 +438,7 @@ def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
     slot, and children of pruned slots never reach the output."""
     config, params = peaky
     setting = SETTINGS[2]
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     found = False
     for seed in (0, 1):
         out = _run(config, params, _latr(setting), k, *_prompts(3, seed), n, seed=seed)

@@ -12,12 +12,12 @@ import sys
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_script(script: str, success_marker: str, timeout: int = 600) -> str:
-    """Runs `script` (formatted with `tests=TESTS_DIR`), asserts it exits 0 and prints
-    `success_marker`; returns its stdout."""
+def run_script(script: str, success_marker: str, timeout: int = 600, args=()) -> str:
+    """Runs `script` (formatted with `tests=TESTS_DIR`; `args` in its sys.argv[1:]), asserts it
+    exits 0 and prints `success_marker`; returns its stdout."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     env = dict(os.environ, XLA_FLAGS=flags.strip())
-    proc = subprocess.run([sys.executable, "-c", script.format(tests=TESTS_DIR)],
+    proc = subprocess.run([sys.executable, "-c", script.format(tests=TESTS_DIR), *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert success_marker in proc.stdout

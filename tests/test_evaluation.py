@@ -87,8 +87,9 @@ def test_evaluate_returns_transcripts_of_its_episodes(tiny, tmp_path):
     """The transcripts are the first sample of each task, then the second ones; replaying their
     actions in a fresh environment gives exactly their replies, return and outcome."""
     config, params = tiny
+    # tests/test_rollout.py's engine shapes (compilations shared through the XLA cache)
     engine = SlotEngine(config, ByteTokenizer(), frozen_lake, RolloutConfig(
-        num_slots=8, context_length=256, max_action_tokens=6))
+        num_slots=16, context_length=256, max_action_tokens=6))
     result = evaluation.evaluate(engine, params,
                                  EvalConfig(num_tasks=2, samples_per_task=2, transcripts=3))
     assert result.metrics["episodes"] == 4

@@ -13,7 +13,7 @@ from jaxtree import checkpoints, models
 from jaxtree.models import named
 from jaxtree.policy import Policy, export_policy, load_policy, load_policy_tokenizer
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
-from toy_run import start_job, wait_jobs
+from toy_run import run_module_jobs
 
 CHAT = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "Which way? \u2190 or \u2192 \U0001F642"},
@@ -69,12 +69,10 @@ def test_an_exported_byte_model_loads_in_transformers_with_the_same_logits_and_i
 
 def test_export_job_takes_a_chosen_step_and_refuses_bad_flags_in_one_line(workdir, tmp_path):
     out = tmp_path / "step1"
-    procs = [start_job("-m", "launch.export", f"--workdir={workdir}", "--step=1", f"--out={out}"),
-             start_job("-m", "launch.export", f"--workdir={workdir}", "--step=7",
-                       f"--out={tmp_path / 'x'}"),
-             start_job("-m", "launch.export", f"--workdir={tmp_path / 'none'}",
-                       f"--out={tmp_path / 'y'}")]
-    good, missing_step, no_checkpoint = wait_jobs(*procs)
+    good, missing_step, no_checkpoint = run_module_jobs(
+        ("-m", "launch.export", f"--workdir={workdir}", "--step=1", f"--out={out}"),
+        ("-m", "launch.export", f"--workdir={workdir}", "--step=7", f"--out={tmp_path / 'x'}"),
+        ("-m", "launch.export", f"--workdir={tmp_path / 'none'}", f"--out={tmp_path / 'y'}"))
     assert good.returncode == 0, good.stderr
     step1 = load_policy(os.path.join(workdir, "checkpoints", "1"))
     jax.tree_util.tree_map(np.testing.assert_array_equal, load_policy(str(out)).params,

@@ -21,8 +21,8 @@ from jaxtree.train.metrics import read_jsonl, read_metrics
 from jaxtree.train.warm_start import finished_checkpoint
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.workdir import WorkdirError, WorkdirLock
-from toy_run import (CONFIG_FILE, ROOT, TOY, TOY_SFT, assert_one_line_error, flags, start_job,
-                     toy_config, wait_jobs)
+from toy_run import (CONFIG_FILE, ROOT, TOY, TOY_SFT, assert_one_line_error, flags,
+                     run_module_jobs, start_job, toy_config, wait_jobs)
 
 SFT_CONFIG = os.path.join(ROOT, "configs", "frozen_lake_sft.py")
 
@@ -249,8 +249,8 @@ def test_a_busy_workdir_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_
 
 def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
     """Bad fields and values, and every check that can run before any work, end the job in one
-    line with status 2; a run whose updates stay non-finite stops with status 1 (the jobs are
-    started together)."""
+    line with status 2; a run whose updates stay non-finite stops with status 1 (the jobs run
+    together, forked from one process)."""
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     fake_devices = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") +
@@ -278,8 +278,8 @@ def test_user_errors_and_faults_at_launch_are_one_line(tmp_path):
                      ["2 consecutive steps (to step 3) had no finite update",
                       "optim.learning_rate"]),
     }
-    procs = [start_job(*argv, env=env) for argv, env, _, _ in cases.values()]
-    results = dict(zip(cases, wait_jobs(*procs)))
+    results = dict(zip(cases, run_module_jobs(*[(argv, env) for argv, env, _, _ in
+                                                 cases.values()])))
     for name, (_, _, status, fragments) in cases.items():
         _assert_one_line_error(results[name], status, *fragments)
     # the workdir was checked before any demonstration was built

@@ -3,6 +3,7 @@
 import collections
 import functools
 import textwrap
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,24 +90,36 @@ def _next_probs_fn(config, params, prompt, n):
     return next_probs
 
 
+class Setting(NamedTuple):
+    k: int
+    tau_abs: float
+    tau_rel: float
+    tau_ed: float
+    windows: tuple
+    n: int
+    # How a group whose tree ends short of k is completed. Completion follows the tree phase
+    # (which every setting checks against Algorithm 1), so each setting's compiled kernel also
+    # serves one completion test.
+    completion: str
+
+
 SETTINGS = [
-    # k, tau_abs, tau_rel, tau_ed, windows, n
-    (4, 0.2, 0.3, 0.6, (3, 5), 16),
-    (4, 0.15, 0.5, 0.8, (2, 4, 6), 18),
-    (6, 0.1, 0.6, 0.5, (4,), 14),
+    Setting(4, 0.2, 0.3, 0.6, (3, 5), 16, "duplicate"),
+    Setting(4, 0.15, 0.5, 0.8, (2, 4, 6), 18, "restart"),
+    Setting(6, 0.1, 0.6, 0.5, (4,), 14, "fresh"),
 ]
 
 
 def _latr(setting):
-    k, tau_abs, tau_rel, tau_ed, windows, n = setting
-    return LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    return LatrConfig(tau_abs=setting.tau_abs, tau_rel=setting.tau_rel, tau_ed=setting.tau_ed,
+                      windows=setting.windows, completion=setting.completion)
 
 
 def _assert_tree_matches_reference(config, params, setting, out, g, prompt, eos=EOS):
     """Group g of the kernel's output has the reference's tree: tree end, branch and prune
     events, and each slot alive at the end of the tree phase (origin, parent, birth, tokens).
     Returns the reference's result."""
-    k, tau_abs, tau_rel, tau_ed, windows, n = setting
+    k, tau_abs, tau_rel, tau_ed, windows, n, _ = setting
     ref = latr_tree_reference(_next_probs_fn(config, params, prompt, n), k, n, tau_abs, tau_rel,
                               tau_ed, windows, {eos})
     end = ref["tree_end"]
@@ -133,7 +146,7 @@ def _assert_tree_matches_reference(config, params, setting, out, g, prompt, eos=
 @pytest.mark.parametrize("seed", [0])
 def test_tree_phase_equals_plain_python_algorithm_1(peaky, setting, seed):
     config, params = peaky
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, seed)
     out = _run(config, params, _latr(setting), k, prompts, lengths, n, seed=seed)
     for g in range(3):
@@ -149,7 +162,7 @@ def test_every_candidate_passing_eq5_can_branch(fan):
     eight candidates beside c*, five of which a group of 6 can take), as in the reference."""
     config, params = fan
     setting = SETTINGS[2]
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, 0)
     out = _run(config, params, _latr(setting), k, prompts, lengths, n)
     widest = 0
@@ -273,7 +286,7 @@ def test_a_prompts_tree_does_not_depend_on_its_batch(peaky, setting, seed, x, eo
     compute the same rows, so the loop ends when the prompt's rows end, as in a batch of one
     (which would compile the kernel again)."""
     config, params = peaky
-    k, n = setting[0], setting[-1]
+    k, n = setting.k, setting.n
     prompts, lengths = _prompts(3, seed)
     others = [g for g in range(3) if g != x]
     alone = _run(config, params, _latr(setting), k, prompts[[x] * 3], lengths[[x] * 3], n,
@@ -295,27 +308,28 @@ def test_a_prompts_tree_does_not_depend_on_its_batch(peaky, setting, seed, x, eo
 def test_settings_exercise_branching_and_pruning(peaky):
     config, params = peaky
     branches = prunes = 0
-    for k, tau_abs, tau_rel, tau_ed, windows, n in SETTINGS:
-        latr = LatrConfig(tau_abs=tau_abs, tau_rel=tau_rel, tau_ed=tau_ed, windows=windows)
+    for setting in SETTINGS:
         for seed in (0, 1):
-            out = _run(config, params, latr, k, *_prompts(3, seed), n, seed=seed)
+            out = _run(config, params, _latr(setting), setting.k, *_prompts(3, seed), setting.n,
+                       seed=seed)
             branches += int(out.num_branches.sum())
             prunes += int(out.num_prunes.sum())
     assert branches >= 5 and prunes >= 2
 
 
-@pytest.mark.parametrize("completion", ["fresh", "restart", "duplicate"])
-def test_every_group_returns_exactly_k_sequences(peaky, completion):
+# (setting, prompt set): prunes leave slots that no later branch refills, so groups end short of
+# k and get completed, one completion per setting
+COMPLETION_CASES = [(SETTINGS[2], 1), (SETTINGS[1], 0), (SETTINGS[0], 0)]
+
+
+@pytest.mark.parametrize("setting, seed", COMPLETION_CASES,
+                         ids=[s.completion for s, _ in COMPLETION_CASES])
+def test_every_group_returns_exactly_k_sequences(peaky, setting, seed):
     config, params = peaky
-    # τ_ed = 1 prunes every branch whose window is not entirely different from its parent's,
-    # and branching is rare at these thresholds: groups end short of k and get completed
-    k = 6
-    latr = LatrConfig(tau_abs=0.2, tau_rel=0.3, tau_ed=1.0, windows=(2, 4),
-                      completion=completion)
-    prompts, lengths = _prompts(4, 5)
-    n = 16
-    out = _run(config, params, latr, k, prompts, lengths, n)
-    assert out.tokens.shape == (4, 6, n)
+    k, n, completion = setting.k, setting.n, setting.completion
+    prompts, lengths = _prompts(3, seed)
+    out = _run(config, params, _latr(setting), k, prompts, lengths, n, seed=seed)
+    assert out.tokens.shape == (3, k, n)
     assert np.all(out.lengths >= 1)
     np.testing.assert_array_equal(out.mask, np.arange(n)[None, None] < out.lengths[..., None])
     completed = DUPLICATE if completion == "duplicate" else FRESH
@@ -343,35 +357,56 @@ def test_every_group_returns_exactly_k_sequences(peaky, completion):
         # within plain sampling's budget: at most n - 1 fed tokens per slot
         assert np.all(out.forwards <= k * (n - 1))
     # each sequence ends at EOS or at n
-    for g in range(4):
-        for j in range(6):
+    for g in range(3):
+        for j in range(k):
             length = out.lengths[g, j]
             assert out.finished[g, j] == (out.tokens[g, j, length - 1] == EOS)
             assert out.finished[g, j] or length == n
 
 
-def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky):
+# One hybrid kernel program (k = 4 slots per group, 8 groups, n = 12, sampling at temperature 0.8
+# with top-p) serves the log-prob test (3 tree slots), the no-tree-slot tests (k_tree is an
+# argument, not a compile-time constant) and the one-device side of the sharding test.
+HYBRID_LATR = LatrConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
+HYBRID_SAMPLING = SamplingConfig(temperature=0.8, top_p=0.9)
+HYBRID_K, HYBRID_N, HYBRID_GROUPS = 4, 12, 8
+
+
+def hybrid_run(config, params, k_tree, seed):
+    prompts, lengths = _prompts(HYBRID_GROUPS, 11)
+    return _run(config, params, HYBRID_LATR, HYBRID_K, prompts, lengths, HYBRID_N,
+                k_tree=k_tree, seed=seed, sampling=HYBRID_SAMPLING)
+
+
+@pytest.fixture(scope="module")
+def hybrid(peaky):
+    """The hybrid run with 3 tree slots and 1 plain slot per group."""
+    return hybrid_run(*peaky, k_tree=3, seed=5)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _log_softmax_at(config, params, tokens):
+    """log-softmax of the logits at every position (a full forward, no cache)."""
+    return jax.nn.log_softmax(models.forward(config, params, tokens[None])[0], axis=-1)
+
+
+def test_logprobs_are_the_policy_logprobs_of_the_returned_tokens(peaky, hybrid):
     """Every returned token's log-prob (tree, branch, stochastic, fresh and forked) equals a
     teacher-forced full forward at temperature 1."""
     config, params = peaky
-    latr = LatrConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
-    forks = 0
-    for seed in (7, 9):
-        prompts, lengths = _prompts(2, seed)
-        out = _run(config, params, latr, 4, prompts, lengths, 12, k_tree=3,
-                   sampling=SamplingConfig(temperature=0.8, top_p=0.9))
-        assert np.all(out.origin[:, 3] == PLAIN)
-        forks += int((out.fork_position >= 0).sum())
-        for g in range(2):
-            prompt = prompts[g, :lengths[g]].tolist()
-            for j in range(4):
-                gen = out.tokens[g, j, :out.lengths[g, j]].tolist()
-                seq = jnp.asarray([prompt + gen])
-                logp = jax.nn.log_softmax(models.forward(config, params, seq)[0], axis=-1)
-                for t, token in enumerate(gen):
-                    expected = float(logp[len(prompt) + t - 1, token])
-                    assert out.logprobs[g, j, t] == pytest.approx(expected, abs=1e-4)
-    assert forks > 0   # a slot freed by a prune continued a copy of another sample
+    out = hybrid
+    prompts, lengths = _prompts(HYBRID_GROUPS, 11)
+    assert np.all(out.origin[:, 3] == PLAIN)
+    assert int((out.fork_position >= 0).sum()) > 0  # a slot freed by a prune continued a copy
+    for g in range(HYBRID_GROUPS):
+        prompt = prompts[g, :lengths[g]].tolist()
+        for j in range(HYBRID_K):
+            gen = out.tokens[g, j, :out.lengths[g, j]].tolist()
+            seq = np.zeros(REFERENCE_WIDTH, np.int32)
+            seq[:len(prompt) + len(gen)] = prompt + gen
+            logp = np.asarray(_log_softmax_at(config, params, jnp.asarray(seq)))
+            expected = logp[np.arange(len(prompt) - 1, len(prompt) - 1 + len(gen)), gen]
+            np.testing.assert_allclose(out.logprobs[g, j, :len(gen)], expected, atol=1e-4)
 
 
 def test_descendants_of_a_pruned_branch_are_removed():
@@ -402,10 +437,11 @@ def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
     """In the kernel's own runs: after a prune at step l, no alive slot descends from the pruned
     slot, and children of pruned slots never reach the output."""
     config, params = peaky
-    latr = LatrConfig(tau_abs=0.1, tau_rel=0.6, tau_ed=0.5, windows=(3, 6))
+    setting = SETTINGS[2]
+    k, n = setting.k, setting.n
     found = False
-    for seed in range(4):
-        out = _run(config, params, latr, 6, *_prompts(3, seed), 20, seed=seed)
+    for seed in (0, 1):
+        out = _run(config, params, _latr(setting), k, *_prompts(3, seed), n, seed=seed)
         for g in range(3):
             nb = int(out.num_branches[g])
             births = {(int(s), int(sl)): int(p) for s, p, sl in zip(
@@ -421,27 +457,19 @@ def test_kernel_removes_descendants_of_a_pruned_branch(peaky):
     assert found, "no run pruned a branch that had children; adjust the thresholds"
 
 
-def test_hybrid_zero_tree_slots_is_plain_sampling(peaky):
-    config, params = peaky
-    latr = LatrConfig()
-    prompts, lengths = _prompts(2, 3)
-    out = _run(config, params, latr, 4, prompts, lengths, 10, k_tree=0)
-    assert np.all(out.origin == PLAIN) and np.all(out.num_branches == 0)
-    assert np.all(out.tree_end_step == 0)
-
-
-def test_hybrid_zero_tree_slots_equals_the_samplers_decode(peaky):
-    """With no tree slots the kernel is the sampler's decode loop on the kernel's row keys
-    (fold_in(fold_in(rng, group), slot)): the same tokens, the same log-probs."""
+def test_hybrid_zero_tree_slots_is_the_samplers_decode(peaky):
+    """With no tree slots the kernel is plain sampling: no tree, and the sampler's decode loop on
+    the kernel's row keys (fold_in(fold_in(rng, group), slot)): the same tokens, the same
+    log-probs."""
     from jaxtree.models.kv_cache import init_cache
     from jaxtree.sampling import randomness
     from jaxtree.sampling.sampler import decode_jit
     config, params = peaky
-    k, n, groups = 3, 12, 2
-    sampling = SamplingConfig(temperature=0.9, top_p=0.95)
-    prompts, lengths = _prompts(groups, 4)
-    out = _run(config, params, LatrConfig(), k, prompts, lengths, n, k_tree=0, seed=2,
-               sampling=sampling)
+    k, n, groups = HYBRID_K, HYBRID_N, HYBRID_GROUPS
+    out = hybrid_run(config, params, k_tree=0, seed=2)
+    assert np.all(out.origin == PLAIN) and np.all(out.num_branches == 0)
+    assert np.all(out.tree_end_step == 0)
+    prompts, lengths = _prompts(groups, 11)
     rows = np.repeat(prompts, k, axis=0)
     keys = randomness.row_keys(jax.random.key(2), jnp.repeat(jnp.arange(groups), k),
                                jnp.tile(jnp.arange(k), groups))
@@ -449,7 +477,7 @@ def test_hybrid_zero_tree_slots_equals_the_samplers_decode(peaky):
                                         jnp.asarray(rows), jnp.asarray(np.repeat(lengths, k)),
                                         last_only=True)
     _, ref = jax.device_get(decode_jit(
-        config, sampling, n, 256, params, cache, logits, keys,
+        config, HYBRID_SAMPLING, n, 256, params, cache, logits, keys,
         jnp.full((groups * k,), n, jnp.int32), jnp.full((groups * k, 1, 1), -1, jnp.int32),
         jnp.asarray([EOS], jnp.int32)))
     np.testing.assert_array_equal(out.lengths.reshape(-1), ref.num_generated)
@@ -481,29 +509,31 @@ _SHARDED = textwrap.dedent("""
     os.environ["JAX_PLATFORMS"] = "cpu"  # XLA_FLAGS: 8 fake devices (fake_devices.run_script)
     sys.path.insert(0, {tests!r})
     import jax, jax.numpy as jnp, numpy as np
-    from jaxtree import models
-    from jaxtree.sampling.latr import LatrConfig, latr_generate_jit, latr_generate_sharded
-    from jaxtree.sampling.logits_processing import SamplingConfig
+    from jaxtree.sampling.latr import latr_generate_sharded
     from jaxtree.parallel.mesh import make_mesh
-    from test_latr import _prompts, peaky_model
+    from test_latr import (HYBRID_GROUPS, HYBRID_K, HYBRID_LATR, HYBRID_N, HYBRID_SAMPLING,
+                           _prompts, peaky_model)
     config, params = peaky_model()
-    latr = LatrConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
-    prompts, lengths = _prompts(8, 11)
-    args = (params, jnp.asarray(prompts), jnp.asarray(lengths), jnp.arange(8, dtype=jnp.int32),
-            jnp.int32(3), jax.random.key(5), jnp.asarray([258], jnp.int32))
-    sampling = SamplingConfig(temperature=1.0)
-    one = jax.device_get(latr_generate_jit(config, latr, sampling, 4, 12, 256, *args))
+    prompts, lengths = _prompts(HYBRID_GROUPS, 11)
+    args = (params, jnp.asarray(prompts), jnp.asarray(lengths),
+            jnp.arange(HYBRID_GROUPS, dtype=jnp.int32), jnp.int32(3), jax.random.key(5),
+            jnp.asarray([258], jnp.int32))
+    one = np.load(sys.argv[1])  # the same call on one device, by the test process
     mesh = make_mesh(8, 1, 1)
-    many = jax.device_get(latr_generate_sharded(mesh, config, latr, sampling, 4, 12, 256,
-                                                *args))
-    for name, a, b in zip(one._fields, one, many):
+    many = jax.device_get(latr_generate_sharded(mesh, config, HYBRID_LATR, HYBRID_SAMPLING,
+                                                HYBRID_K, HYBRID_N, 256, *args))
+    for name, b in zip(many._fields, many):
+        a = one[name]
         if np.issubdtype(np.asarray(a).dtype, np.floating):  # matmuls of another batch size
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
         else:  # tokens, tree structure, events: identical
             np.testing.assert_array_equal(a, b, err_msg=name)
-    print("SHARDED_LATR_MATCH", int(one.num_branches.sum()))
+    print("SHARDED_LATR_MATCH", int(one["num_branches"].sum()))
 """)
 
 
-def test_sharded_over_eight_fake_devices_equals_one_device():
-    run_script(_SHARDED, "SHARDED_LATR_MATCH")
+def test_sharded_over_eight_fake_devices_equals_one_device(hybrid, tmp_path):
+    """The kernel sharded over 8 devices (one group each) returns the one-device hybrid run."""
+    path = tmp_path / "one_device.npz"
+    np.savez(path, **hybrid._asdict())
+    run_script(_SHARDED, "SHARDED_LATR_MATCH", args=[str(path)])

@@ -13,10 +13,17 @@ def _run(*args, timeout=300):
                           timeout=timeout)
 
 
-def test_sample_with_the_tiny_preset():
+def test_sample_with_the_tiny_preset_caps_max_new_tokens_to_the_context():
+    from jaxtree.models.presets import PRESETS
+    from jaxtree.tokenizers import ByteTokenizer
     proc = _run("launch.sample", "--model=tiny", "--prompt=Hello", "--num_samples=3",
-                "--max_new_tokens=12", "--temperature=0.8", "--top_p=0.9")
+                "--max_new_tokens=100000", "--temperature=0.8", "--top_p=0.9")
     assert proc.returncode == 0, proc.stderr
+    context = PRESETS["tiny"].max_position_embeddings
+    prompt = len(ByteTokenizer().encode("Hello", add_bos=True))
+    assert proc.stdout.splitlines()[0] == (f"--max_new_tokens=100000 capped to "
+                                           f"{context - prompt} (context {context} - prompt "
+                                           f"{prompt})")
     assert proc.stdout.count("--- sample ") == 3
     assert "1 compilation(s)" in proc.stdout
 

@@ -1,16 +1,15 @@
-"""launch.evaluate and launch.sample: user errors end the job in one line (exit status 2), evaluate
-writes its results and transcripts where it can (and says so where it cannot), and sample caps
---max_new_tokens to the model's context.
+"""launch.evaluate and launch.sample: user errors end the job in one line (exit status 2), and
+evaluate writes its results and transcripts where it can (and says so where it cannot); sample's
+cap of --max_new_tokens to the model's context is checked by tests/test_launch.py's run.
 
-Jobs that only fail are started together: each is mostly Python imports.
+Jobs that only fail run together, forked from one process that imported their libraries: each
+is mostly Python imports.
 """
 
 import json
 import os
 
-from jaxtree.models.presets import PRESETS
-from jaxtree.tokenizers import ByteTokenizer
-from toy_run import assert_one_line_error, start_job, wait_jobs
+from toy_run import assert_one_line_error, run_module_jobs, start_job, wait_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "frozen_lake_sft.py")
@@ -31,12 +30,12 @@ def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
     corrupt.mkdir()
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    missing, broken, under_file, in_proc, negative = wait_jobs(
-        start_job(*SMALL_EVAL, "--checkpoint=/nonexistent"),
-        start_job(*SMALL_EVAL, f"--checkpoint={corrupt}"),
-        start_job(*SMALL_EVAL, f"--output={a_file}/eval.json"),
-        start_job(*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
-        start_job(*SMALL_EVAL, "--transcripts=-1"))
+    missing, broken, under_file, in_proc, negative = run_module_jobs(
+        (*SMALL_EVAL, "--checkpoint=/nonexistent"),
+        (*SMALL_EVAL, f"--checkpoint={corrupt}"),
+        (*SMALL_EVAL, f"--output={a_file}/eval.json"),
+        (*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
+        (*SMALL_EVAL, "--transcripts=-1"))
     _assert_one_line_error(missing, "--checkpoint", "'/nonexistent' is neither a preset",
                            "an existing checkpoint directory", "nor a .gguf file")
     assert "--model" not in missing.stderr
@@ -51,31 +50,19 @@ def test_sample_rejects_bad_flags_and_models_in_one_line(tmp_path):
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     sample = ("-m", "launch.sample")
-    missing, broken, samples, tokens, temperature, top_p = wait_jobs(
-        start_job(*sample, f"--model={tmp_path / 'missing'}"),
-        start_job(*sample, f"--model={corrupt}"),
-        start_job(*sample, "--num_samples=0"),
-        start_job(*sample, "--max_new_tokens=0"),
-        start_job(*sample, "--temperature=-1"),
-        start_job(*sample, "--top_p=1.5"))
+    missing, broken, samples, tokens, temperature, top_p = run_module_jobs(
+        (*sample, f"--model={tmp_path / 'missing'}"),
+        (*sample, f"--model={corrupt}"),
+        (*sample, "--num_samples=0"),
+        (*sample, "--max_new_tokens=0"),
+        (*sample, "--temperature=-1"),
+        (*sample, "--top_p=1.5"))
     _assert_one_line_error(missing, "--model", "neither a preset")
     _assert_one_line_error(broken, "--model", str(corrupt))
     _assert_one_line_error(samples, "--num_samples=0", "at least 1")
     _assert_one_line_error(tokens, "--max_new_tokens=0", "at least 1")
     _assert_one_line_error(temperature, "--temperature", "-1.0 is not non-negative")
     _assert_one_line_error(top_p, "--top_p", "1.5 is not in (0, 1]")
-
-
-def test_sample_caps_max_new_tokens_to_the_context():
-    (proc,) = wait_jobs(start_job("-m", "launch.sample", "--prompt=Hello", "--num_samples=1",
-                           "--max_new_tokens=100000"))
-    assert proc.returncode == 0, proc.stderr
-    context = PRESETS["tiny"].max_position_embeddings
-    prompt = len(ByteTokenizer().encode("Hello", add_bos=True))
-    assert proc.stdout.splitlines()[0] == (f"--max_new_tokens=100000 capped to "
-                                           f"{context - prompt} (context {context} - prompt "
-                                           f"{prompt})")
-    assert proc.stdout.count("--- sample ") == 1
 
 
 def _episodes_cells(stdout: str) -> list[str]:

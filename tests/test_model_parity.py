@@ -55,8 +55,11 @@ def test_ragged_prefill_then_decode_matches_transformers(family, capacity, promp
 
     cache = models.init_cache(config, batch, capacity=capacity)
 
+    # both ragged chunks padded to one width: one prefill program (and one decode program)
+    prefill_width = int(max(prompt_lengths.max(), second_lengths.max()))
+
     def chunk(starts, lengths):
-        width = max(int(lengths.max()), 1)
+        width = prefill_width if lengths.max() > 1 else 1
         out = np.zeros((batch, width), np.int32)
         for b in range(batch):
             out[b, :lengths[b]] = sequences[b][starts[b]:starts[b] + lengths[b]]

@@ -1,5 +1,6 @@
 """The slot engine: recorded data against teacher forcing and replays, forks, packing, overflow."""
 
+import functools
 import itertools
 
 import chex
@@ -17,17 +18,31 @@ from jaxtree.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 SAMPLING = SamplingConfig(temperature=1.0)
+# The engine shapes of this file (every distinct one compiles its own programs): 16 slots (the
+# shared batch, as in test_patr.py and the MC-PR benchmark), 4 slots (fewer slots than
+# episodes), 32 slots (two row buckets), and a 128-token context for the overflow test.
+ENGINE = RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6, sampling=SAMPLING)
+FEW_SLOTS = RolloutConfig(num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING)
 
 
 def frozen_lake(**options):
     return lambda: environments.make("frozen_lake", style="compact", **options)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _next_token_logprobs(config, params, tokens):
+    """log p(tokens[t] | tokens[<t]) for t >= 1 from one full forward (tokens int32[T])."""
+    logp = jax.nn.log_softmax(models.forward(config, params, tokens[None])[0, :-1], axis=-1)
+    return jnp.take_along_axis(logp, tokens[1:, None], axis=-1)[:, 0]
+
+
 def teacher_forced_logprobs(config, params, tokens, length):
-    """log p(token_t | tokens_<t) from one full forward over the final sequence."""
-    logits = models.forward(config, params, jnp.asarray(tokens[None, :length]))[0]
-    logp = jax.nn.log_softmax(logits[:-1], axis=-1)
-    return np.asarray(jnp.take_along_axis(logp, jnp.asarray(tokens[1:length, None]), axis=-1))[:, 0]
+    """log p(token_t | tokens_<t) from one full forward over the final sequence, right-padded to
+    the engines' context (padding never changes earlier positions), so every call has one
+    shape."""
+    padded = np.zeros(ENGINE.context_length, np.int32)
+    padded[:length] = tokens[:length]
+    return np.asarray(_next_token_logprobs(config, params, jnp.asarray(padded)))[:length - 1]
 
 
 def expected_framing(batch, i, make_env):
@@ -56,8 +71,7 @@ def expected_framing(batch, i, make_env):
 @pytest.fixture(scope="module")
 def batch_and_engine(tiny):
     config, params = tiny
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=16, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    engine = SlotEngine(config, TOK, frozen_lake(), ENGINE)
     batch = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1, 2, 3],
                                group_size=3)
     return batch, engine
@@ -96,8 +110,7 @@ def test_episodes_do_not_depend_on_their_slot(tiny, batch_and_engine):
     to the run with a slot each: randomness is keyed by (episode, turn), not by slot."""
     config, params = tiny
     batch, _ = batch_and_engine
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    engine = SlotEngine(config, TOK, frozen_lake(), FEW_SLOTS)
     packed = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1, 2, 3],
                                 group_size=3)
     np.testing.assert_array_equal(packed.episode_ids, batch.episode_ids)
@@ -123,8 +136,7 @@ def test_finished_episodes_stop_consuming_decode_work(tiny):
 
 def test_fork_continues_from_the_parent_state(tiny):
     config, params = tiny
-    engine = SlotEngine(config, TOK, frozen_lake(slippery=True), RolloutConfig(
-        num_slots=8, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    engine = SlotEngine(config, TOK, frozen_lake(slippery=True), ENGINE)
     engine.begin(params, jax.random.key(2))
     parent = engine.add_episode(task_id=7)
     engine.play_turn()
@@ -164,11 +176,11 @@ def test_fork_continues_from_the_parent_state(tiny):
 
 def test_fork_needs_free_slots_and_a_live_parent(tiny):
     config, params = tiny
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=2, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    engine = SlotEngine(config, TOK, frozen_lake(), FEW_SLOTS)
     engine.begin(params, jax.random.key(3))
     a = engine.add_episode(0)
-    engine.add_episode(1)
+    for task in range(1, FEW_SLOTS.num_slots):  # every slot taken
+        engine.add_episode(task)
     engine.play_turn()
     with pytest.raises(ValueError, match="free slots"):
         engine.fork(a, 1)
@@ -188,11 +200,11 @@ def test_context_overflow_ends_the_episode_truncated(tiny):
     assert np.all(batch.truncated) and np.all(batch.context_full)
     assert all(info.get("context_full") for info in batch.infos)
     assert np.all(batch.num_turns < 10) and np.all(batch.lengths <= 128)
-    # A prompt longer than the whole context ends before the first action.
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=2, context_length=32, max_action_tokens=8, sampling=SAMPLING))
+    # A prompt longer than the whole context ends before the first action (an 8x8 lake's
+    # prompt is 133 tokens).
+    engine = SlotEngine(config, TOK, frozen_lake(size=8, max_steps=14), engine.rollout)
     batch = sample_independent(engine, params, jax.random.key(5), task_ids=[0], group_size=1)
-    assert batch.num_turns[0] == 0 and batch.truncated[0]
+    assert batch.num_turns[0] == 0 and batch.truncated[0] and batch.lengths[0] == 0
     # Episodes that fill their context at different turns: the ones that overflow leave while
     # the others play on, and each is recorded once.
     sizes = itertools.cycle([2, 4])
@@ -209,8 +221,7 @@ def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
     environment replaying the episode's actions reports."""
     config, params = tiny
     make_env = frozen_lake(slippery=True)
-    engine = SlotEngine(config, TOK, make_env, RolloutConfig(
-        num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+    engine = SlotEngine(config, TOK, make_env, FEW_SLOTS)
     batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
     turns = (len(batch), int(batch.num_turns.max()))
     chex.assert_shape([batch.turn_rewards, batch.turn_valid, batch.turn_verified,

@@ -39,20 +39,30 @@ def reference_keep_mask(logits: np.ndarray, temperature: float, top_k: int, top_
     return keep
 
 
-def greedy_reference(config, params, prompt, steps):
-    """Greedy decoding by full forwards without a cache, one token at a time."""
-    width = len(prompt) + steps
-    seq = list(prompt)
-    for _ in range(steps):
-        padded = np.zeros((1, width), np.int32)
-        padded[0, :len(seq)] = seq  # right padding never influences earlier positions
-        logits = np.asarray(models.forward(config, params, jnp.asarray(padded)))[0, len(seq) - 1]
-        seq.append(int(np.argmax(logits)))
-    return seq[len(prompt):]
+REFERENCE_WIDTH = 40  # every reference forward is right-padded to this width: one compilation
 
 
 def full_forward_logits(config, params, sequence):
-    return np.asarray(models.forward(config, params, jnp.asarray([sequence], jnp.int32)))[0]
+    """Logits of a full forward over `sequence`, float32[len, V]. Right padding never changes
+    earlier positions."""
+    assert len(sequence) <= REFERENCE_WIDTH
+    padded = np.zeros((1, REFERENCE_WIDTH), np.int32)
+    padded[0, :len(sequence)] = sequence
+    return np.asarray(models.forward(config, params, jnp.asarray(padded)))[0, :len(sequence)]
+
+
+def greedy_reference(config, params, prompt, steps):
+    """Greedy decoding by full forwards without a cache, one token at a time."""
+    seq = list(prompt)
+    for _ in range(steps):
+        seq.append(int(np.argmax(full_forward_logits(config, params, seq)[-1])))
+    return seq[len(prompt):]
+
+
+def log_softmax(logits):
+    x = np.asarray(logits, np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 def prompts_of(lengths, seed=0):
@@ -139,34 +149,65 @@ def _assert_counts_match(counts, probs):
 
 # ----------------------------------------------------------------------------- the sampler
 
-def test_greedy_matches_python_loop_of_full_forwards(tiny):
+def _first_stop(free, budget, stops, eos_ids):
+    """A greedy row's expected end: its free continuation cut at the first EOS, else the first
+    completed stop sequence, else its budget. Returns (tokens, finish reason)."""
+    for i in range(1, budget + 1):
+        if free[i - 1] in eos_ids:
+            return free[:i], "eos"
+        if any(free[max(0, i - len(q)):i] == q for q in stops):
+            return free[:i], "stop_sequence"
+    return free[:budget], "max_tokens"
+
+
+def test_greedy_matches_python_loop_of_full_forwards_until_eos_stop_or_budget(tiny):
+    """Greedy rows of several prompt lengths (1 to 12: two prompt buckets) equal a Python loop
+    of full forwards, each ending at the EOS, at its own stop sequence or at its own budget;
+    their behaviour log-probs are those of a teacher-forced forward."""
     config, params = tiny
-    prompts = prompts_of([3, 7, 12, 1])
-    steps = 10
-    sampler = Sampler(config, SamplingConfig(temperature=0.0), steps, pad_id=TOK.pad_id)
-    result = sampler.generate(params, prompts, jax.random.key(0))
-    for prompt, tokens, logp, slogp in zip(prompts, result.tokens, result.policy_logprobs,
-                                           result.sampling_logprobs):
-        assert tokens == greedy_reference(config, params, prompt, steps)
+    steps = 12
+    prompts = prompts_of([6, 3, 12, 1])
+    free = [greedy_reference(config, params, p, steps) for p in prompts]
+    eos = free[1][3]
+    stop = free[0][4:6]  # a two-token sequence row 0 generates at steps 4-5
+    stops = [[stop, [999]], [], [], []]
+    budgets = [steps, steps, steps, 5]
+    sampler = Sampler(config, SamplingConfig(temperature=0.0), steps, pad_id=TOK.pad_id,
+                      eos_ids=[eos])
+    result = sampler.generate(params, prompts, jax.random.key(0), max_new_tokens=budgets,
+                              stop_sequences=stops)
+    expected = [_first_stop(f, b, s, [eos]) for f, b, s in zip(free, budgets, stops)]
+    assert [r for _, r in expected] == ["stop_sequence", "eos", "max_tokens", "max_tokens"]
+    assert len(expected[2][0]) == steps  # one row runs the whole limit
+    for prompt, tokens, logp, slogp, reason, (want, want_reason) in zip(
+            prompts, result.tokens, result.policy_logprobs, result.sampling_logprobs,
+            result.finish_reasons, expected):
+        assert tokens == want and reason == want_reason
         # Behaviour log-probs are those of a teacher-forced forward over the final sequence.
         logits = full_forward_logits(config, params, prompt + tokens)
-        ref = jax.nn.log_softmax(logits[len(prompt) - 1:-1], axis=-1)
-        np.testing.assert_allclose(logp, ref[np.arange(steps), tokens], atol=1e-4)
+        ref = log_softmax(logits[len(prompt) - 1:-1])
+        np.testing.assert_allclose(logp, ref[np.arange(len(tokens)), tokens], atol=1e-4)
         np.testing.assert_array_equal(slogp, 0.0)  # greedy: the chosen token has probability 1
+
+
+# The sampler settings of the tests below: temperature, top-k and top-p all active. Every test
+# that samples with it uses one of three programs: batch bucket 4 and prompt bucket 16 at
+# LIMIT or SHORT_LIMIT tokens, and batch bucket 2, prompt bucket 8 at LIMIT.
+SAMPLING = SamplingConfig(temperature=0.7, top_k=40, top_p=0.95)
+LIMIT, SHORT_LIMIT = 24, 10
 
 
 def test_sampled_log_probs_match_teacher_forcing(tiny):
     config, params = tiny
     prompts = prompts_of([4, 9, 2])
-    sampling = SamplingConfig(temperature=0.7, top_k=40)
-    sampler = Sampler(config, sampling, 16, pad_id=TOK.pad_id)
+    sampler = Sampler(config, SAMPLING, LIMIT, pad_id=TOK.pad_id)
     result = sampler.generate(params, prompts, jax.random.key(1))
     for prompt, tokens, logp, slogp in zip(prompts, result.tokens, result.policy_logprobs,
                                            result.sampling_logprobs):
         logits = full_forward_logits(config, params, prompt + tokens)[len(prompt) - 1:-1]
         steps = np.arange(len(tokens))
-        ref_policy = np.asarray(jax.nn.log_softmax(logits, axis=-1))[steps, tokens]
-        ref_sampling = np.asarray(sampling_log_probs(jnp.asarray(logits), sampling))[steps, tokens]
+        ref_policy = log_softmax(logits)[steps, tokens]
+        ref_sampling = np.asarray(_jit_log_probs(jnp.asarray(logits), SAMPLING))[steps, tokens]
         np.testing.assert_allclose(logp, ref_policy, atol=1e-4)
         np.testing.assert_allclose(slogp, ref_sampling, atol=1e-4)
         assert np.all(np.isfinite(slogp))
@@ -196,49 +237,19 @@ def test_first_token_frequencies_match_softmax(sampling):
     _assert_counts_match(counts, probs.astype(np.float64))
 
 
-def test_eos_stops_each_row_and_is_recorded(tiny):
-    config, params = tiny
-    prompts = prompts_of([5, 8])
-    free = greedy_reference(config, params, prompts[0], 8)
-    eos = free[3]
-    sampler = Sampler(config, SamplingConfig(temperature=0.0), 8, pad_id=TOK.pad_id,
-                      eos_ids=[eos])
-    result = sampler.generate(params, prompts, jax.random.key(0))
-    first = free.index(eos)
-    assert result.tokens[0] == free[:first + 1]
-    assert result.finish_reasons[0] == "eos"
-    other = greedy_reference(config, params, prompts[1], 8)
-    expected_other = other[:other.index(eos) + 1] if eos in other else other
-    assert result.tokens[1] == expected_other
-
-
-def test_per_row_stop_sequences_and_budgets(tiny):
-    config, params = tiny
-    prompts = prompts_of([6, 3, 9])
-    free = [greedy_reference(config, params, p, 12) for p in prompts]
-    stop = free[0][4:6]  # a two-token sequence row 0 generates at steps 4-5
-    sampler = Sampler(config, SamplingConfig(temperature=0.0), 12, pad_id=TOK.pad_id)
-    result = sampler.generate(params, prompts, jax.random.key(0), max_new_tokens=[12, 12, 5],
-                              stop_sequences=[[stop, [999]], [], []])
-    end = next(i for i in range(1, 13) if free[0][max(0, i - 2):i] == stop)
-    assert result.tokens[0] == free[0][:end]
-    assert result.finish_reasons[0] == "stop_sequence"
-    assert result.tokens[1] == free[1] and result.finish_reasons[1] == "max_tokens"
-    assert result.tokens[2] == free[2][:5] and result.finish_reasons[2] == "max_tokens"
-
-
 def test_zero_budget_rows_generate_nothing(tiny):
     config, params = tiny
-    sampler = Sampler(config, SamplingConfig(), 4, pad_id=TOK.pad_id)
-    result = sampler.generate(params, prompts_of([3, 4]), jax.random.key(0), max_new_tokens=[0, 4])
-    assert result.tokens[0] == [] and len(result.tokens[1]) == 4
+    sampler = Sampler(config, SAMPLING, SHORT_LIMIT, pad_id=TOK.pad_id)
+    result = sampler.generate(params, prompts_of([4, 7, 16]), jax.random.key(0),
+                              max_new_tokens=[0, SHORT_LIMIT, 3])
+    assert result.tokens[0] == [] and result.finish_reasons[0] == "max_tokens"
+    assert [len(t) for t in result.tokens[1:]] == [SHORT_LIMIT, 3]
 
 
 def test_same_key_same_output_and_rows_independent_of_batch(tiny):
     config, params = tiny
-    sampling = SamplingConfig(temperature=1.0, top_p=0.95)
-    sampler = Sampler(config, sampling, 24, pad_id=TOK.pad_id)
-    prompts = prompts_of([4, 11, 30])
+    sampler = Sampler(config, SAMPLING, LIMIT, pad_id=TOK.pad_id)
+    prompts = prompts_of([4, 7, 16])
     a = sampler.generate(params, prompts, jax.random.key(7))
     b = sampler.generate(params, prompts, jax.random.key(7))
     c = sampler.generate(params, prompts, jax.random.key(8))
@@ -250,22 +261,23 @@ def test_same_key_same_output_and_rows_independent_of_batch(tiny):
     for x, y in zip(d.policy_logprobs, a.policy_logprobs[:2]):
         np.testing.assert_allclose(x, y, atol=1e-5)
     # A sampler with a shorter token limit draws the same tokens up to its limit.
-    short = Sampler(config, sampling, 10, pad_id=TOK.pad_id)
+    short = Sampler(config, SAMPLING, SHORT_LIMIT, pad_id=TOK.pad_id)
     e = short.generate(params, prompts, jax.random.key(7))
-    assert e.tokens == [t[:10] for t in a.tokens]
+    assert e.tokens == [t[:SHORT_LIMIT] for t in a.tokens]
 
 
 def test_recompiles_are_bounded_by_buckets(tiny):
     config, params = tiny
-    sampler = Sampler(config, SamplingConfig(), 4, pad_id=TOK.pad_id)
+    sampler = Sampler(config, SAMPLING, LIMIT, pad_id=TOK.pad_id)
     key = jax.random.key(0)
-    sampler.generate(params, prompts_of([3, 5, 7]), key)  # batch bucket 4, prompt bucket 8
-    sampler.generate(params, prompts_of([8, 2, 6, 1]), key)  # same buckets
+    sampler.generate(params, prompts_of([9, 12, 16]), key)  # batch bucket 4, prompt bucket 16
+    sampler.generate(params, prompts_of([10, 13, 11, 14]), key)  # same buckets
     assert sampler.num_compiles == 1
-    sampler.generate(params, prompts_of([9]), key)  # batch 1, prompt bucket 16
-    sampler.generate(params, prompts_of([16]), key)
+    sampler.generate(params, prompts_of([3, 5]), key)  # batch 2, prompt bucket 8
+    sampler.generate(params, prompts_of([8, 1]), key)
     assert sampler.num_compiles == 2
-    assert [e.key for e in sampler.compile_events] == [(4, 8, 1, 1, 12), (1, 16, 1, 1, 20)]
+    assert [e.key for e in sampler.compile_events] == [(4, 16, 1, 1, 16 + LIMIT),
+                                                       (2, 8, 1, 1, 8 + LIMIT)]
 
 
 def test_invalid_requests_fail_clearly(tiny):

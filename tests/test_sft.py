@@ -23,6 +23,8 @@ from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.train.sft import make_optimizer, masked_nll, pad_batch, sft_step
 
 TOK = ByteTokenizer()
+# the reference loss jitted (eagerly, each of its operations would compile on its own)
+_masked_nll = jax.jit(masked_nll, static_argnums=0)
 
 
 def test_demonstration_is_framed_like_a_rollout():
@@ -63,7 +65,7 @@ def test_masked_nll_matches_a_plain_reference(tiny):
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, 256, size=(3, 12)).astype(np.int32)
     mask = rng.random((3, 12)) < 0.5
-    loss, metrics = masked_nll(config, params, jnp.asarray(tokens), jnp.asarray(mask))
+    loss, metrics = _masked_nll(config, params, jnp.asarray(tokens), jnp.asarray(mask))
     logits = np.asarray(models.forward(config, params, jnp.asarray(tokens)), np.float64)
     total, count = 0.0, 0
     for b in range(3):
@@ -152,7 +154,7 @@ def test_sft_and_rollouts_work_for_hugging_face_checkpoints(tmp_path):
                              policy.tokenizer.pad_id)
     # a real vocabulary's memory knobs (remat, chunked logits), as configs for real models set
     memory = TrainingMemory(remat=True, logits_chunk=64)
-    expected, _ = masked_nll(policy.config, params, tokens, mask)
+    expected, _ = _masked_nll(policy.config, params, tokens, mask)
     for _ in range(2):
         params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
                                               tokens, mask, memory)

@@ -14,9 +14,6 @@ from jaxtree.policy import ModelSpec
 # each knob alone (chunks of 5 over 23 positions: a ragged last chunk) and both together
 MODES = (TrainingMemory(logits_chunk=5), TrainingMemory(remat=True, logits_chunk=7))
 
-_scores = jax.jit(token_scores, static_argnums=(0, 3))
-
-
 def _reference(config, params, tokens):
     """log-prob, entropy and greedy hit of each token, in float64 from the full forward's
     logits at the position before it."""
@@ -54,23 +51,26 @@ def test_every_memory_mode_gives_the_full_forwards_scores_and_gradients(model):
     weights = jnp.asarray(rng.normal(size=tokens.shape), jnp.float32)
 
     def objective(p, memory):
-        logprobs, entropy, _ = token_scores(config, p, jnp.asarray(tokens), memory)
-        return (weights * logprobs).sum() + (weights * entropy).sum()
+        scores = token_scores(config, p, jnp.asarray(tokens), memory)
+        logprobs, entropy, _ = scores
+        return (weights * logprobs).sum() + (weights * entropy).sum(), scores
 
-    grad = jax.jit(jax.grad(objective), static_argnums=1)
-    base = grad(params, TrainingMemory())
+    # one program per mode gives its scores (the forward's values) and gradients
+    grad = jax.jit(jax.grad(objective, has_aux=True), static_argnums=1)
+    base = None
     # the untied head only needs its own projection checked: both knobs together
     modes = MODES if config.tie_word_embeddings else MODES[-1:]
     for memory in (TrainingMemory(),) + modes:
-        logprobs, entropy, greedy = _scores(config, params, jnp.asarray(tokens), memory)
+        grads, (logprobs, entropy, greedy) = grad(params, memory)
         np.testing.assert_allclose(logprobs, ref_logprobs, atol=2e-5, err_msg=str(memory))
         np.testing.assert_allclose(entropy, ref_entropy, atol=2e-5, err_msg=str(memory))
         np.testing.assert_array_equal(greedy, ref_greedy, err_msg=str(memory))
         assert greedy[:, 1:].any() and not greedy.all()
-        if memory in modes:
-            for a, b in zip(jax.tree_util.tree_leaves(grad(params, memory)),
-                            jax.tree_util.tree_leaves(base)):
-                np.testing.assert_allclose(a, b, atol=2e-5, err_msg=str(memory))
+        if base is None:
+            base = grads
+            continue
+        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(base)):
+            np.testing.assert_allclose(a, b, atol=2e-5, err_msg=str(memory))
 
 
 def test_chunked_logits_and_remat_lower_the_compiled_memory():

@@ -36,9 +36,10 @@ def _with_weights(batch, mode="seq-mean-token-mean", norm_constant=None):
         jnp.asarray(batch["action_mask"]), mode, norm_constant)))
 
 
-def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef):
-    """GRPO's objective (PATR Eq. 2 plus LATR Eq. 2's KL) written out row by row: the policy's
-    log-prob of token t comes from the logits at position t - 1 of a full forward."""
+def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef, entropy_coef):
+    """GRPO's objective (PATR Eq. 2 plus LATR Eq. 2's KL) and an entropy bonus written out row by
+    row: the policy's log-prob of token t (and the entropy there) comes from the logits at
+    position t - 1 of a full forward."""
     from jaxtree.models import forward
     logits = forward(config, params, jnp.asarray(batch["tokens"]))
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -47,24 +48,27 @@ def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef):
         positions = np.flatnonzero(batch["action_mask"][i])
         if not len(positions):
             continue
-        terms = []
-        for t in positions:
-            lp = logp[i, t - 1, batch["tokens"][i, t]]
-            ratio = jnp.exp(lp - batch["old_logprobs"][i, t])
-            a = batch["advantages"][i, t]
-            surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - eps_low, 1 + eps_high) * a)
-            x = batch["ref_logprobs"][i, t] - lp
-            terms.append(-surrogate + kl_coef * (jnp.exp(x) - x - 1))
-        rows.append(sum(terms) / len(terms))
+        row_logp = logp[i, positions - 1]                           # [tokens of the row, V]
+        lp = row_logp[np.arange(len(positions)), batch["tokens"][i, positions]]
+        entropy = -(jnp.exp(row_logp) * row_logp).sum(-1)
+        ratio = jnp.exp(lp - batch["old_logprobs"][i, positions])
+        a = batch["advantages"][i, positions]
+        surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - eps_low, 1 + eps_high) * a)
+        x = batch["ref_logprobs"][i, positions] - lp
+        terms = -surrogate + kl_coef * (jnp.exp(x) - x - 1) - entropy_coef * entropy
+        rows.append(terms.mean())
     return sum(rows) / len(rows)
 
 
 # One jitted update step for the whole file (model config, optimizer, loss config and micro-batch
-# size static): the aggregation modes differ only in the weights, so they share compilations.
+# size static): the tests below use one optimizer and one loss config (every term on, clip-higher)
+# and the aggregation modes differ only in the weights, so a micro-batch size compiles once.
 _update_step = jax.jit(update_step, static_argnums=(0, 1, 2, 3))
 # plain SGD with rate 1: the update is exactly minus the gradient (Adam's first step would turn
 # float noise in near-zero gradient entries into full-size steps); one object, so one cache key
 SGD = optax.sgd(1.0)
+EPS_LOW, EPS_HIGH, KL_COEF, ENTROPY_COEF = 0.2, 0.28, 0.05, 0.01
+LOSS = LossConfig(eps_low=EPS_LOW, eps_high=EPS_HIGH, kl_coef=KL_COEF, entropy_coef=ENTROPY_COEF)
 
 
 def _state(updater_like_params, optimizer):
@@ -76,16 +80,19 @@ def _state(updater_like_params, optimizer):
 def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
     config, params = tiny
     batch = _with_weights(_random_batch(config))
-    loss_config = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.05)
     optimizer = SGD
-    state, metrics = _update_step(config, optimizer, loss_config, 2, _state(params, optimizer),
-                                  batch)
+    # two micro-batches of 4 rows
+    state, metrics = _update_step(config, optimizer, LOSS, 4, _state(params, optimizer), batch)
 
-    loss, grads = jax.value_and_grad(lambda p: _direct_loss(config, p, batch, 0.2, 0.28, 0.05))(
-        params)
-    expected = jax.tree_util.tree_map(lambda p, g: p - g, params, grads)
+    direct = jax.jit(jax.value_and_grad(lambda p: _direct_loss(
+        config, p, batch, EPS_LOW, EPS_HIGH, KL_COEF, ENTROPY_COEF)))
+    loss, grads = jax.device_get(direct(params))
+    # on the host: eager JAX would compile a program per parameter shape
+    expected = jax.tree_util.tree_map(lambda p, g: np.asarray(p) - g, params, grads)
+    grad_norm = np.sqrt(sum(np.sum(np.square(g, dtype=np.float64))
+                            for g in jax.tree_util.tree_leaves(grads)))
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-4)
+    np.testing.assert_allclose(metrics["grad_norm"], grad_norm, rtol=1e-4)
     chex.assert_trees_all_close(state.params, expected, atol=1e-6, rtol=0)
     assert int(state.step) == 1 and int(metrics["skipped"]) == 0
     assert metrics["tokens"] == batch["action_mask"].sum()
@@ -96,8 +103,8 @@ def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
     config, params = tiny
     batch = _with_weights(_random_batch(config, rows=8, seed=1), mode, 40.0)
     optimizer = SGD  # params move by exactly the accumulated gradient
-    results = [_update_step(config, optimizer, LossConfig(kl_coef=0.01, entropy_coef=0.01), size,
-                            _state(params, optimizer), batch) for size in (1, 4, 8)]
+    results = [_update_step(config, optimizer, LOSS, size, _state(params, optimizer), batch)
+               for size in (1, 4, 8)]
     for state, metrics in results[1:]:
         chex.assert_trees_all_close(state.params, results[0][0].params, atol=1e-6, rtol=0)
         for key in ("loss", "clip_fraction", "kl", "entropy", "grad_norm"):
@@ -109,9 +116,8 @@ def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
     batch = _with_weights(_random_batch(config, seed=2))
     batch["advantages"] = batch["advantages"].copy()
     batch["advantages"][0, batch["action_mask"][0]] = np.nan
-    optimizer = make_optimizer(make_schedule(1e-3))
-    state, metrics = _update_step(config, optimizer, LossConfig(), 4, _state(params, optimizer),
-                                  batch)
+    optimizer = SGD  # the step compiled for the accumulation test
+    state, metrics = _update_step(config, optimizer, LOSS, 4, _state(params, optimizer), batch)
     assert int(metrics["skipped"]) == 1
     chex.assert_trees_all_equal(state.params, params)
     assert int(state.step) == 1

@@ -1,6 +1,7 @@
 """What the trainer and job tests share: the toy-sized experiment (the random tiny model on
 FrozenLake, 2 lakes x 2 rollouts of at most 3 turns per step, and when a test asks for one a warm
-start of a few steps on 16 demonstrations), and running jobs as subprocesses."""
+start of a few steps on 16 demonstrations), and running jobs as subprocesses (on their own, or
+several forked from one process that imported their libraries once)."""
 
 import os
 import subprocess
@@ -57,6 +58,64 @@ def wait_jobs(*procs, timeout=300) -> list[subprocess.CompletedProcess]:
         stdout, stderr = proc.communicate(timeout=timeout)
         done.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
     return done
+
+
+# A job is a fork of one Python process that imported these once; each job then imports its
+# launch module and runs it as `python -m` would (`runpy`, as __main__, with its own argv,
+# working directory, environment and stdout / stderr). JAX is imported but not initialised
+# before the fork, so a job's XLA_FLAGS still apply.
+_PRELOAD = ("numpy", "jax", "jax.numpy", "absl.app", "absl.flags", "ml_collections.config_flags",
+            "launch.common", "jaxtree.train.jobs", "jaxtree.evaluation", "jaxtree.policy")
+_FORK_JOBS = r"""
+import json, os, runpy, sys
+sys.path[0] = os.getcwd()
+spec = json.load(sys.stdin)
+for name in spec["preload"]:
+    __import__(name)
+pids = []
+for job in spec["jobs"]:
+    pid = os.fork()
+    if pid == 0:
+        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        sys.argv = [job["module"], *job["args"]]
+        runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    pids.append(pid)
+print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]))
+"""
+
+
+def run_module_jobs(*jobs, cwd=ROOT, timeout=300) -> list[subprocess.CompletedProcess]:
+    """The results of `python -m <module> <args>` jobs, each ("-m", module, *args) or
+    (("-m", module, *args), env), run together. They start as forks of one process that has
+    imported the libraries they share (`_PRELOAD`), so each skips the imports that are most
+    of a job that only checks its flags and fails."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {"preload": _PRELOAD, "jobs": []}
+        for i, job in enumerate(jobs):
+            args, env = (job, None) if job[0] == "-m" else job
+            assert args[0] == "-m", args
+            spec["jobs"].append({"module": args[1], "args": list(args[2:]), "cwd": str(cwd),
+                                 "env": dict(os.environ if env is None else env),
+                                 "stdout": os.path.join(tmp, f"{i}.out"),
+                                 "stderr": os.path.join(tmp, f"{i}.err")})
+        driver = subprocess.run([sys.executable, "-c", _FORK_JOBS], input=json.dumps(spec),
+                                cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        statuses = json.loads(driver.stdout)
+        done = []
+        for job, status in zip(spec["jobs"], statuses):
+            with open(job["stdout"]) as out, open(job["stderr"]) as err:
+                done.append(subprocess.CompletedProcess(
+                    [sys.executable, "-m", job["module"], *job["args"]], status, out.read(),
+                    err.read()))
+        return done
 
 
 def assert_one_line_error(proc, status, *fragments):

@@ -71,12 +71,12 @@ def _model(name: str, dtype: str | None) -> tuple[models.ModelConfig, dict, int]
 
 
 def run(models_list, batches, new_tokens, prompt_len, repeats, floor_batch, output, with_hf=True,
-        dtype: str | None = None):
+        dtype: str | None = None, copy_bytes: int = 256 * 1024**2):
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(copy_bytes)
     peak_flops = matmul_flops()
     results, rows = [], []
     for name in models_list:

@@ -73,9 +73,9 @@ def _step_flops(config, params, batch, rows: int) -> float:
 
 
 def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, output: str,
-        memory_modes=("none",), with_flops: bool = True) -> None:
+        memory_modes=("none",), with_flops: bool = True, ceiling_size: int = 2048) -> None:
     modes = {mode: parse_memory_mode(mode) for mode in memory_modes}
-    ceiling = matmul_flops(2048)
+    ceiling = matmul_flops(ceiling_size)
     results, table = [], []
     for name in model_names:
         policy = load_policy(name)

@@ -20,7 +20,7 @@ TOK = ByteTokenizer()
 SAMPLING = SamplingConfig(temperature=1.0)
 # The engine shapes of this file (every distinct one compiles its own programs): 16 slots (the
 # shared batch, as in test_patr.py and the MC-PR benchmark), 4 slots (fewer slots than
-# episodes), 32 slots (two row buckets), and a 128-token context for the overflow test.
+# episodes, and context overflow) and 32 slots (two row buckets).
 ENGINE = RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6, sampling=SAMPLING)
 FEW_SLOTS = RolloutConfig(num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING)
 
@@ -193,24 +193,25 @@ def test_fork_needs_free_slots_and_a_live_parent(tiny):
 
 
 def test_context_overflow_ends_the_episode_truncated(tiny):
+    """On the 4-slot engine (256 positions): a 4x4 lake's prompt is 81 tokens and each turn adds
+    an action and a 23-token observation, so episodes fill the context before the turn limit."""
     config, params = tiny
-    engine = SlotEngine(config, TOK, frozen_lake(), RolloutConfig(
-        num_slots=4, context_length=128, max_action_tokens=8, sampling=SAMPLING))
+    context = FEW_SLOTS.context_length
+    engine = SlotEngine(config, TOK, frozen_lake(), FEW_SLOTS)
     batch = sample_independent(engine, params, jax.random.key(4), task_ids=[0, 1], group_size=2)
     assert np.all(batch.truncated) and np.all(batch.context_full)
     assert all(info.get("context_full") for info in batch.infos)
-    assert np.all(batch.num_turns < 10) and np.all(batch.lengths <= 128)
-    # A prompt longer than the whole context ends before the first action (an 8x8 lake's
-    # prompt is 133 tokens).
-    engine = SlotEngine(config, TOK, frozen_lake(size=8, max_steps=14), engine.rollout)
+    assert np.all(batch.num_turns < 10) and np.all(batch.lengths <= context)
+    # A prompt longer than the whole context ends before the first action (a 14x14 lake's
+    # prompt is 271 tokens).
+    engine = SlotEngine(config, TOK, frozen_lake(size=14, max_steps=26), FEW_SLOTS)
     batch = sample_independent(engine, params, jax.random.key(5), task_ids=[0], group_size=1)
     assert batch.num_turns[0] == 0 and batch.truncated[0] and batch.lengths[0] == 0
-    # Episodes that fill their context at different turns: the ones that overflow leave while
-    # the others play on, and each is recorded once.
-    sizes = itertools.cycle([2, 4])
+    # Episodes that fill their context at different turns (5x5 lakes' observations are longer):
+    # the ones that overflow leave while the others play on, and each is recorded once.
+    sizes = itertools.cycle([4, 5])
     engine = SlotEngine(config, TOK, lambda: environments.make(
-        "frozen_lake", style="compact", size=next(sizes)), RolloutConfig(
-        num_slots=4, context_length=128, max_action_tokens=8, sampling=SAMPLING))
+        "frozen_lake", style="compact", size=next(sizes)), FEW_SLOTS)
     batch = sample_independent(engine, params, jax.random.key(4), task_ids=[0, 1], group_size=2)
     assert len(batch) == 4 and sorted(batch.episode_ids) == [0, 1, 2, 3]
     assert np.all(batch.context_full) and len(set(batch.num_turns.tolist())) > 1

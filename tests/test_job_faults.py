@@ -104,6 +104,39 @@ def test_rerunning_sft_keeps_its_result_refuses_another_config_and_overwrite_rep
     chex.assert_trees_all_equal(load_policy(workdir).params, load_policy(second).params)
 
 
+def test_a_crashed_warm_start_resumes_from_its_periodic_checkpoint_exactly(
+        tmp_path, monkeypatch, finished_sft):
+    """`sft.checkpoint_every`: a warm start that dies without a chance to save (here the step
+    function raises at step 13) keeps its last periodic checkpoint (step 8, resumable, not a
+    finished warm start); the same command resumes from it and ends exactly as an uninterrupted
+    warm start, log included."""
+    from jaxtree.train import jobs, warm_start
+    config = _sft_config(SFT_STEPS)
+    config.sft.checkpoint_every = 8
+    workdir = str(tmp_path / "sft")
+    real_step, calls = warm_start.sft_step, []
+
+    def dies_at_step_13(*args, **kwargs):
+        calls.append(None)
+        if len(calls) == 13:
+            raise RuntimeError("simulated crash")
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(warm_start, "sft_step", dies_at_step_13)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        jobs.sft_job(config, workdir)
+    assert checkpoints.TrainCheckpointer(workdir).resumable_steps() == [8]
+    assert finished_checkpoint(workdir) is None
+
+    monkeypatch.setattr(warm_start, "sft_step", real_step)
+    path = jobs.sft_job(config, workdir)
+    assert path.endswith(os.path.join("checkpoints", str(SFT_STEPS)))
+    chex.assert_trees_all_equal(load_policy(path).params,
+                                load_policy(finished_checkpoint(finished_sft)).params)
+    assert (read_jsonl(os.path.join(workdir, "sft_metrics.jsonl"))
+            == read_jsonl(os.path.join(finished_sft, "sft_metrics.jsonl")))
+
+
 def _signal_when(proc, signum, ready, what):
     """Sends `signum` to `proc` once `ready()` holds; returns (stdout, stderr) after it exits."""
     deadline = time.time() + 240

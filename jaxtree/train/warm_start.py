@@ -56,6 +56,10 @@ class WarmStartConfig(Section):
     max_grad_norm: float = option(1.0, "global gradient-norm clip", check=positive())
     seed: int = option(0, "seed of the demonstration tasks, their noise and the batches")
     log_every: int = option(10, "steps between metric records", check=positive())
+    checkpoint_every: int = option(
+        0, "steps between resumable checkpoints (0: only when stopped and at the end); a long "
+        "warm start of a real model then loses at most this many steps to a kill or a crash",
+        check=non_negative())
 
     def check(self):
         require(self.warmup_steps <= self.steps, "warmup_steps",
@@ -150,11 +154,15 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
                     log.write(json.dumps(record) + "\n")
                     log.flush()
                     logging.info("sft step %d: %s", step, record)
+                if step == s.steps:
+                    break
                 # agreed: a signal that reached one process stops them all at this step
-                if distributed.any_process(stop.requested) and step < s.steps:
+                stopping = distributed.any_process(stop.requested)
+                if stopping or (s.checkpoint_every and step % s.checkpoint_every == 0):
                     saver.save(step, params, {**model_metadata, **metadata, "finished": False},
                                opt_state=opt_state,
                                trainer={"step": step, "batch_rng": rng.bit_generator.state})
+                if stopping:
                     report(f"sft: stopped at step {step} of {s.steps}; checkpoint "
                            f"{saver.directory}/{step} (the same command resumes)")
                     return WarmStartResult(None, False, step)

@@ -12,10 +12,13 @@ from jaxtree.models.kv_cache import KVCache
 from jaxtree.models.transformer import Transformer
 
 
+@functools.partial(jax.jit, static_argnames=("config",))
 def init_params(config: ModelConfig, rng: jax.Array) -> dict:
-    """Random parameters (normal(0.02) projections, unit norms), in config.param_dtype."""
-    tokens = jnp.zeros((1, 1), jnp.int32)
-    return jax.jit(lambda key: Transformer(config).init(key, tokens)["params"])(rng)
+    """Random parameters (normal(0.02) projections, unit norms), in config.param_dtype.
+
+    Jitted once per config (a job initialises the same architecture several times: policy,
+    reference, restores), not traced again at every call."""
+    return Transformer(config).init(rng, jnp.zeros((1, 1), jnp.int32))["params"]
 
 
 @functools.partial(jax.jit, static_argnames=("config",))

@@ -16,8 +16,8 @@ from jaxtree.models.named import NAMED_MODELS, resolve_named_model
 from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
-from jaxtree.checkpoints import (is_policy_checkpoint, load_policy_checkpoint,
-                                 read_policy_metadata, workdir_of)
+from jaxtree.checkpoints import (CHECKPOINTS, CheckpointNotFoundError, is_policy_checkpoint,
+                                 load_policy_checkpoint, read_policy_metadata, workdir_of)
 
 # Where a job keeps a copy of its policy's Hugging Face tokenizer (relative to the workdir), so
 # its checkpoints stay loadable when the base model moves or is deleted.
@@ -90,6 +90,7 @@ def load_policy_tokenizer(spec: str) -> Tokenizer:
     if os.path.isdir(spec) and is_policy_checkpoint(spec):
         return load_tokenizer(_checkpoint_tokenizer(spec, read_policy_metadata(spec)
                                                     .get("tokenizer", "byte")))
+    _refuse_workdir_without_checkpoint(spec)
     if os.path.isdir(spec) or is_gguf_path(spec):
         return HFTokenizer(spec)
     raise ValueError(_not_a_policy(spec))
@@ -120,6 +121,7 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
             config = config.replace(dtype=dtype, param_dtype=dtype)
             params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
         return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec)
+    _refuse_workdir_without_checkpoint(spec)
     if os.path.isdir(spec) or is_gguf_path(spec):
         config, params = models.load_pretrained(spec, dtype=dtype)
         return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
@@ -147,6 +149,16 @@ def save_tokenizer_for(policy: Policy, workdir: str) -> str:
                             "which has no tokenizer files to copy")
         policy.tokenizer.hf.save_pretrained(target)
     return TOKENIZER_DIR
+
+
+def _refuse_workdir_without_checkpoint(spec: str) -> None:
+    """A jaxtree workdir (it has a checkpoints/ directory) whose job has not finished a save yet
+    is named as such, instead of being read as a Hugging Face directory (its config.json is the
+    experiment's, not a model's)."""
+    if os.path.isdir(os.path.join(spec, CHECKPOINTS)):
+        raise CheckpointNotFoundError(
+            f"no complete checkpoint under {os.path.join(os.path.abspath(spec), CHECKPOINTS)} "
+            "(its job has not finished a save: still running, or stopped before its first one)")
 
 
 def _not_a_policy(spec: str) -> str:

@@ -30,9 +30,13 @@ def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
     corrupt.mkdir()
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    missing, broken, under_file, in_proc, negative = run_module_jobs(
+    unfinished = tmp_path / "unfinished"  # a job's workdir before its first save
+    (unfinished / "checkpoints").mkdir(parents=True)
+    (unfinished / "config.json").write_text('{"sft": {"steps": 40}}')
+    missing, broken, not_saved, under_file, in_proc, negative = run_module_jobs(
         (*SMALL_EVAL, "--checkpoint=/nonexistent"),
         (*SMALL_EVAL, f"--checkpoint={corrupt}"),
+        (*SMALL_EVAL, f"--checkpoint={unfinished}"),
         (*SMALL_EVAL, f"--output={a_file}/eval.json"),
         (*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
         (*SMALL_EVAL, "--transcripts=-1"))
@@ -40,6 +44,9 @@ def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
                            "an existing checkpoint directory", "nor a .gguf file")
     assert "--model" not in missing.stderr
     _assert_one_line_error(broken, "--checkpoint", str(corrupt))
+    # not read as a Hugging Face directory (its config.json is the experiment's)
+    _assert_one_line_error(not_saved, "--checkpoint", "no complete checkpoint under",
+                           "has not finished a save")
     # Both fail before the policy is loaded or evaluated (nothing on stdout).
     _assert_one_line_error(under_file, f"--output={a_file}/eval.json", "not a writable directory")
     _assert_one_line_error(in_proc, "--output=/proc/jaxtree_eval.json", "not a writable directory")

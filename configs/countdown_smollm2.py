@@ -31,7 +31,7 @@ def get_config():
         "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
         "sft.num_episodes": 512, "sft.steps": 40, "sft.batch_size": 8,
         "sft.learning_rate": 5e-5, "sft.warmup_steps": 4, "sft.log_every": 2,
-        "sft.checkpoint_every": 5,
+        "sft.checkpoint_every": 5, "sft.pad_multiple": 0,
         "rollout.strategy": "latr", "rollout.num_slots": 64,
         "rollout.latr.eta_schedule": ((0, 1.0), (10, 0.75), (20, 0.5), (80, 0.25), (200, 0.0)),
         "rollout.groups_per_step": 4, "rollout.group_size": 8,

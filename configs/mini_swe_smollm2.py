@@ -8,7 +8,7 @@ steps and seeds this machine affords.
     python -m launch.sft --config=configs/mini_swe_smollm2.py --workdir=/tmp/mswe_smollm2_sft
     python -m launch.evaluate --config=configs/mini_swe_smollm2.py --checkpoint=/tmp/mswe_smollm2_sft
     python -m launch.train --config=configs/mini_swe_smollm2.py --workdir=/tmp/mswe_smollm2 \
-        --config.train.init=/tmp/mswe_smollm2_sft
+        --config.train.init=model --config.model.name=/tmp/mswe_smollm2_sft
 
 Sizes: the chat prompt (task, file list, failing test, instructions) is ~385 SmolLM2 tokens and
 the oracle's 4-turn repair ~750, so 8 turns with 800-character tool output fit 2,048 positions;
@@ -29,7 +29,7 @@ def get_config():
         "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
         "sft.num_episodes": 256, "sft.steps": 60, "sft.batch_size": 4,
         "sft.learning_rate": 5e-5, "sft.warmup_steps": 6, "sft.log_every": 2,
-        "sft.checkpoint_every": 10,
+        "sft.checkpoint_every": 10, "sft.pad_multiple": 0,
         "rollout.num_slots": 16, "rollout.groups_per_step": 4, "rollout.group_size": 4,
         "train.steps": 2, "train.micro_batch_size": 2, "optim.learning_rate": 1e-6,
         "eval.num_tasks": 16, "eval.samples_per_task": 1, "eval.every": 2,

@@ -137,6 +137,34 @@ def test_a_crashed_warm_start_resumes_from_its_periodic_checkpoint_exactly(
             == read_jsonl(os.path.join(finished_sft, "sft_metrics.jsonl")))
 
 
+class _FirstBatch(Exception):
+    """Raised by a stand-in SFT step with the batch's token shape."""
+
+
+@pytest.mark.parametrize("pad_multiple", [64, 0])
+def test_the_warm_start_pads_its_batches_as_sft_pad_multiple_says(tmp_path, monkeypatch,
+                                                                     pad_multiple):
+    """`sft.pad_multiple`: 64 pads a batch to its longest demonstration rounded up to 64 tokens;
+    0 pads every batch to rollout.context_length (one shape, one compilation)."""
+    from jaxtree.train import jobs, warm_start
+    config = _sft_config(2)
+    config.sft.pad_multiple = pad_multiple
+    context = config.rollout.context_length = 512  # well above the toy demonstrations' length
+
+    def first_batch(config, optimizer, params, opt_state, tokens, mask, memory):
+        raise _FirstBatch(*tokens.shape)
+
+    monkeypatch.setattr(warm_start, "sft_step", first_batch)
+    with pytest.raises(_FirstBatch) as caught:
+        jobs.sft_job(config, str(tmp_path / "sft"))
+    batch, width = caught.value.args
+    assert batch == config.sft.batch_size
+    if pad_multiple:
+        assert width % pad_multiple == 0 and width < context, (width, context)
+    else:
+        assert width == context
+
+
 def _signal_when(proc, signum, ready, what):
     """Sends `signum` to `proc` once `ready()` holds; returns (stdout, stderr) after it exits."""
     deadline = time.time() + 240

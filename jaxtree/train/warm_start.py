@@ -60,6 +60,11 @@ class WarmStartConfig(Section):
         0, "steps between resumable checkpoints (0: only when stopped and at the end); a long "
         "warm start of a real model then loses at most this many steps to a kill or a crash",
         check=non_negative())
+    pad_multiple: int = option(
+        64, "batches are right-padded to their longest demonstration rounded up to this many "
+        "tokens (few shapes, little padding); 0 pads every batch to rollout.context_length: one "
+        "shape, one compilation, which a real model's warm start wants (each new width "
+        "recompiles its step)", check=non_negative())
 
     def check(self):
         require(self.warmup_steps <= self.steps, "warmup_steps",
@@ -145,7 +150,8 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
                 batch = rng.integers(0, len(demos), size=s.batch_size)
                 tokens, mask = pad_batch([demos[i].tokens for i in batch],
                                          [demos[i].loss_mask for i in batch],
-                                         policy.tokenizer.pad_id)
+                                         policy.tokenizer.pad_id,
+                                         s.pad_multiple or context_length)
                 params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
                                                       tokens, mask, memory)
                 if step % s.log_every == 0 or step == s.steps:

@@ -42,6 +42,10 @@ class ModelSpec(Section):
                        "Hugging Face checkpoint directory or a .gguf file")
     dtype: str = option("", "computation dtype ('' = float32 on CPU, bfloat16 on accelerators)",
                         check=one_of(("", "float32", "bfloat16")))
+    param_dtype: str = option(
+        "", "storage dtype of the parameters ('' = float32 in the jobs that train them (warm "
+        "start, RL, PRM fitting: AdamW's small updates vanish in bfloat16 weights), the "
+        "computation dtype in the jobs that only sample)", check=one_of(("", "float32", "bfloat16")))
     init_seed: int = option(0, "seed of a preset's random initialisation")
     remat: bool = option(False, "training: recompute each block's activations in the backward "
                          "pass instead of storing them (less memory, ~1/3 more compute)")
@@ -67,14 +71,19 @@ class ModelSpec(Section):
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError("model.name", f"{self.name!r}: {e}") from e
 
-    def load(self, spec: str | None = None) -> "Policy":
+    def load(self, spec: str | None = None, training: bool = False) -> "Policy":
         """The policy `name` names, or `spec` (e.g. a warm-start checkpoint) in its place with
-        this section's dtype. A `name` that names nothing is a ConfigError naming `model.name`;
+        this section's dtypes; `training`: a job that updates the parameters, which keeps them
+        in float32 unless `param_dtype` says otherwise (bfloat16 computation on an accelerator
+        still applies). A `name` that names nothing is a ConfigError naming `model.name`;
         errors of an explicit `spec` propagate as they are."""
+        param_dtype = self.param_dtype or ("float32" if training else None)
         if spec is not None:
-            return load_policy(spec, dtype=self.dtype or None, seed=self.init_seed)
+            return load_policy(spec, dtype=self.dtype or None, seed=self.init_seed,
+                               param_dtype=param_dtype)
         try:
-            return load_policy(self.name, dtype=self.dtype or None, seed=self.init_seed)
+            return load_policy(self.name, dtype=self.dtype or None, seed=self.init_seed,
+                               param_dtype=param_dtype)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError("model.name", f"{self.name!r}: {e}") from e
 
@@ -96,19 +105,21 @@ def load_policy_tokenizer(spec: str) -> Tokenizer:
     raise ValueError(_not_a_policy(spec))
 
 
-def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
+def load_policy(spec: str, dtype: str | None = None, seed: int = 0,
+                param_dtype: str | None = None) -> Policy:
     """A preset name (random initialisation from `seed`), a released model's name (see
     `jaxtree.models.named`), a jaxtree checkpoint (a workdir, its `checkpoints` directory or one
     step directory), a local Hugging Face checkpoint directory or a GGUF file.
 
-    dtype defaults to float32 on CPU and bfloat16 on accelerators (a jaxtree checkpoint keeps the
-    dtype it was trained with unless one is given). Presets with the byte vocabulary come with the
+    dtype (computation) defaults to float32 on CPU and bfloat16 on accelerators, param_dtype
+    (storage) to dtype; a jaxtree checkpoint keeps the dtypes it was trained with unless they
+    are given. Presets with the byte vocabulary come with the
     ByteTokenizer; a Hugging Face directory must hold its tokenizer files next to config.json and
     the weights.
     """
     spec = resolve_named_model(spec)
     if spec in PRESETS:
-        config = models.get_preset(spec, dtype=dtype)
+        config = models.get_preset(spec, dtype=dtype, param_dtype=param_dtype)
         if spec not in BYTE_VOCAB_PRESETS:
             raise ValueError(f"preset {spec!r} has no built-in tokenizer; load a checkpoint directory "
                              "with its tokenizer files instead")
@@ -117,13 +128,14 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0) -> Policy:
     if os.path.isdir(spec) and is_policy_checkpoint(spec):
         config, params, tokenizer_spec, _ = load_policy_checkpoint(spec)
         tokenizer_spec = _checkpoint_tokenizer(spec, tokenizer_spec)
-        if dtype is not None:
-            config = config.replace(dtype=dtype, param_dtype=dtype)
+        if dtype is not None or param_dtype is not None:
+            config = config.replace(dtype=dtype or config.dtype,
+                                    param_dtype=param_dtype or dtype or config.param_dtype)
             params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
         return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec)
     _refuse_workdir_without_checkpoint(spec)
     if os.path.isdir(spec) or is_gguf_path(spec):
-        config, params = models.load_pretrained(spec, dtype=dtype)
+        config, params = models.load_pretrained(spec, dtype=dtype, param_dtype=param_dtype)
         return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
     raise ValueError(_not_a_policy(spec))
 

@@ -26,6 +26,10 @@ Per method: mean ± 95% confidence half-width over seeds (Student t, as in `laun
 
   distinct answers   different final answers per group (the environment's parsed action; every
                      unparseable answer counts as one), as the trainer logs it
+  distinct well-formed   different answers among the group's well-formed ones (0 when none is)
+  malformed          share of rollouts whose answer did not parse
+  at n tokens        share of rollouts that used all n = rollout.max_action_tokens tokens (cut
+                     off, usually before their answer)
   pass@1, pass@k     mean success, and the share of tasks with a success among their k rollouts
   branches/token     branch events per generated token (the kernel's branching ratio, pruned
                      branches included); 0 for independent sampling
@@ -82,7 +86,9 @@ DEFAULT_CONFIG = os.path.join(SOURCE_ROOT, "configs", "countdown_latr.py")
 DEFAULT_OUTPUT = "benchmark_results/latr_sampling.json"
 
 # (key, table column) of the per-seed metrics, in table order.
-METRICS = (("distinct_answers", "distinct answers"), ("pass@1", "pass@1"), ("pass@k", "pass@k"),
+METRICS = (("distinct_answers", "distinct answers"),
+           ("distinct_well_formed", "distinct well-formed"), ("malformed_rate", "malformed"),
+           ("capped_rate", "at n tokens"), ("pass@1", "pass@1"), ("pass@k", "pass@k"),
            ("branching_ratio", "branches/token"), ("prunes_per_group", "prunes/group"),
            ("saturation_length", "saturation"), ("tokens_per_group", "tokens/group"),
            ("response_length", "response length"), ("forwards_per_group", "forwards/group"),
@@ -107,6 +113,9 @@ _BINS = flags.DEFINE_integer("bins", 8, "Bins of the branch and prune step histo
 _OUTPUT = flags.DEFINE_string("output", DEFAULT_OUTPUT, "JSON output path.")
 _MERGE = flags.DEFINE_list("merge", None, "Join these outputs of one study run with different "
                            "seeds into --output, sampling nothing.")
+_EXAMPLES = flags.DEFINE_integer("examples", 0, "Groups of the first seed kept as text in the "
+                                 "output (each method's 'examples'): what the rollouts say.",
+                                 lower_bound=0)
 _GROUPS_PER_CALL = flags.DEFINE_integer(
     "groups_per_call", None, "Tasks sampled per call (default: all at once); bounds the resident "
     "KV cache, e.g. 16 for a 135M model's 8 x 1,024-token rows on a CPU.", lower_bound=1)
@@ -201,15 +210,25 @@ def slot_token_forwards(batch: TrajectoryBatch) -> int:
 
 
 def seed_metrics(batch: TrajectoryBatch, strategy_metrics: dict, seconds: float,
-                 num_tasks: int) -> dict[str, float | None]:
+                 num_tasks: int, max_tokens: int) -> dict[str, float | None]:
     """The METRICS of one method and seed from its batch (k rows per task) and its strategy's
     metrics (`latr/*` for the kernel; none of them for independent sampling)."""
     diversity = group_diversity(batch)
     generated = batch.action_mask.sum(axis=1)
     tree = "latr/forwards" in strategy_metrics
     forwards = strategy_metrics["latr/forwards"] if tree else slot_token_forwards(batch)
+    groups = [np.flatnonzero(batch.group_ids == g) for g in np.unique(batch.group_ids)]
+    well_formed = batch.num_invalid == 0
     return {
         "distinct_answers": diversity["rollout/distinct_answers"],
+        # distinct answers counts every malformed answer as one more: these two say how many of
+        # a group's answers parsed, and how many different ones they were
+        "distinct_well_formed": float(np.mean([
+            len({str(batch.infos[i].get("action", "")) for i in rows if well_formed[i]})
+            for rows in groups])),
+        "malformed_rate": float(np.mean(~well_formed)),
+        # rollouts cut at rollout.max_action_tokens without ending their answer
+        "capped_rate": float(np.mean(generated >= max_tokens)),
         "pass@1": diversity["rollout/pass@1"],
         "pass@k": diversity["rollout/pass@group"],
         "branching_ratio": float(strategy_metrics.get("latr/branching_ratio", 0.0)),
@@ -251,8 +270,8 @@ def tree_events(out, edges: Sequence[int]) -> dict:
 
 def summarize(per_seed: Sequence[dict]) -> dict[str, dict]:
     """Per metric: mean and 95% half-width over seeds ({'mean', 'ci', 'n'}; n = 0 when the
-    metric does not apply)."""
-    return {key: mean_ci(s[key] for s in per_seed if s[key] is not None).to_dict()
+    metric does not apply, or an output written before it existed lacks it)."""
+    return {key: mean_ci(s[key] for s in per_seed if s.get(key) is not None).to_dict()
             for key in SUMMARY_KEYS}
 
 
@@ -294,9 +313,11 @@ def merge_results(results: Sequence[dict], names: Sequence[str]) -> dict:
         per_seed = {seed: metrics for result in results
                     for seed, metrics in result["methods"][method]["seeds"].items()}
         events = [m["events"] for m in per_seed.values() if "events" in m]
+        texts = [r["methods"][method].get("examples") for r in results]
         methods[method] = {"tree_slots": joined["tree_slots"], "seeds": per_seed,
                            "summary": summarize(list(per_seed.values())),
-                           "events": summed_events(events) if events else None}
+                           "events": summed_events(events) if events else None,
+                           "examples": next((t for t in texts if t), None)}
     return {**first, "seeds": seeds, "methods": methods, "merged_from": list(names),
             "machine": [result["machine"] for result in results]}
 
@@ -322,31 +343,58 @@ def merge_files(paths: Sequence[str], output: str | None) -> dict:
 
 # ----------------------------------------------------------------------------- the job
 
+def _answer(action) -> str | None:
+    return None if action is None else str(action)
+
+
+def answer_examples(batch: TrajectoryBatch, tokenizer, groups: int) -> list[dict]:
+    """The first `groups` groups' rollouts as text (generated tokens only) with what the
+    environment made of them: [{'task', 'rollouts': [{'text', 'answer', 'valid', 'success',
+    'tokens'}]}]."""
+    out = []
+    for g in np.unique(batch.group_ids)[:groups]:
+        rows = np.flatnonzero(batch.group_ids == g)
+        out.append({"task": int(batch.task_ids[rows[0]]), "rollouts": [
+            {"text": tokenizer.decode(batch.tokens[i][batch.action_mask[i]].tolist()),
+             "answer": _answer(batch.infos[i].get("action")),
+             "valid": bool(batch.infos[i].get("valid", False)),
+             "success": bool(batch.success[i]), "tokens": int(batch.action_mask[i].sum())}
+            for i in rows]})
+    return out
+
+
 def run_method(sampler: Sampler, params, tasks: Sequence[int], seeds: Sequence[int],
-               edges: Sequence[int], groups_per_call: int | None = None) -> dict:
-    """One warm-up call (untimed: it compiles), then one timed call per seed."""
+               edges: Sequence[int], groups_per_call: int | None = None,
+               examples: int = 0) -> dict:
+    """One warm-up call (untimed: it compiles), then one timed call per seed; the first seed's
+    first `examples` groups are kept as text."""
     sampler(params, jax.random.key(seeds[0]), tasks[:groups_per_call or len(tasks)])
-    per_seed, events = {}, []
+    per_seed, events, texts = {}, [], None
     for seed in seeds:
         start = time.perf_counter()
         batch, metrics, out = sampler(params, jax.random.key(seed), tasks, groups_per_call)
         seconds = time.perf_counter() - start
-        per_seed[seed] = seed_metrics(batch, metrics, seconds, len(tasks))
+        if texts is None and examples:
+            texts = answer_examples(batch, sampler.context.tokenizer, examples)
+        per_seed[seed] = seed_metrics(batch, metrics, seconds, len(tasks),
+                                      sampler.context.rollout.max_action_tokens)
         if out is not None:
             per_seed[seed]["events"] = tree_events(jax.device_get(out), edges)
             events.append(per_seed[seed]["events"])
     return {"tree_slots": sampler.method.tree_slots, "seeds": per_seed,
             "summary": summarize(list(per_seed.values())),
-            "events": summed_events(events) if events else None}
+            "events": summed_events(events) if events else None, "examples": texts}
 
 
 def run(config, tasks: int = 128, k: int | None = None, seeds: Sequence[int] = (0, 1, 2),
         methods: Sequence[str] = METHODS, eta: float = 0.5, output: str | None = None,
         checkpoint: str | None = None, policy: Policy | None = None, bins: int = 8,
-        machine: dict | None = None, groups_per_call: int | None = None) -> dict:
+        machine: dict | None = None, groups_per_call: int | None = None,
+        examples: int = 0) -> dict:
     """Samples `tasks` held-out tasks x k rollouts with every method and seed; prints the table
     and returns (and writes to `output`, if given) the results. `policy` replaces loading
-    `checkpoint` (or config.model.name); `machine` replaces `machine_info()`."""
+    `checkpoint` (or config.model.name); `machine` replaces `machine_info()`; `examples` groups
+    of the first seed are kept as text (each method's "examples")."""
     if k is not None:
         config = config.copy_and_resolve_references()
         config.rollout.group_size = k
@@ -364,7 +412,7 @@ def run(config, tasks: int = 128, k: int | None = None, seeds: Sequence[int] = (
     check_prompts_fit(context, task_ids)
     samplers = [Sampler(m, context, settings) for m in chosen]  # config errors before sampling
     results = {s.method.name: run_method(s, policy.params, task_ids, list(seeds), edges,
-                                         groups_per_call)
+                                         groups_per_call, examples)
                for s in samplers}
     result = {"policy": policy.source, "env": exp.env.to_dict(), "tasks": task_ids, "k": k,
               "max_action_tokens": n, "plain_forward_budget_per_group": k * (n - 1),
@@ -449,7 +497,8 @@ def main(argv: list[str]) -> None:
              "(every call has the shape the warm-up compiled)")
     output = checked_output(_OUTPUT.value)
     run(_CONFIG.value, _TASKS.value, _K.value, seeds, _METHODS.value, _ETA.value, output,
-        _CHECKPOINT.value, bins=_BINS.value, groups_per_call=_GROUPS_PER_CALL.value)
+        _CHECKPOINT.value, bins=_BINS.value, groups_per_call=_GROUPS_PER_CALL.value,
+        examples=_EXAMPLES.value)
 
 
 def with_default_config(argv: list[str]) -> list[str]:

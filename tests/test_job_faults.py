@@ -165,6 +165,32 @@ def test_the_warm_start_pads_its_batches_as_sft_pad_multiple_says(tmp_path, monk
         assert width == context
 
 
+def test_training_jobs_keep_float32_weights_under_bfloat16_computation(tmp_path, monkeypatch):
+    """`model.param_dtype` '': a job that trains (here the warm start) stores the parameters in
+    float32 while computing in the requested bfloat16 (AdamW's updates at a real model's
+    learning rates are below bfloat16's resolution of the weights); a job that only samples
+    stores them in the computation dtype."""
+    from jaxtree.train import jobs, warm_start
+    config = _sft_config(2)
+    config.model.dtype = "bfloat16"
+
+    def first_batch(model_config, optimizer, params, opt_state, tokens, mask, memory):
+        raise _FirstBatch(model_config.dtype, model_config.param_dtype,
+                          {str(x.dtype) for x in jax.tree_util.tree_leaves(params)})
+
+    monkeypatch.setattr(warm_start, "sft_step", first_batch)
+    with pytest.raises(_FirstBatch) as caught:
+        jobs.sft_job(config, str(tmp_path / "sft"))
+    assert caught.value.args == ("bfloat16", "float32", {"float32"})
+
+    sampling = Experiment.from_config(config).model.load()
+    assert sampling.config.param_dtype == "bfloat16"
+    assert {str(x.dtype) for x in jax.tree_util.tree_leaves(sampling.params)} == {"bfloat16"}
+    config.model.param_dtype = "bfloat16"  # asked for: pure bfloat16 training
+    assert Experiment.from_config(config).model.load(training=True).config.param_dtype == \
+        "bfloat16"
+
+
 def _signal_when(proc, signum, ready, what):
     """Sends `signum` to `proc` once `ready()` holds; returns (stdout, stderr) after it exits."""
     deadline = time.time() + 240

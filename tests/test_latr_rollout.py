@@ -135,11 +135,17 @@ def _config():
 
 def _direct(batch) -> dict:
     """The table's batch metrics computed here from the rows: per group the distinct parsed
-    answers and whether any row succeeded."""
+    answers (all, and those of well-formed answers) and whether any row succeeded; the share of
+    malformed answers and of rollouts that used all N tokens."""
     groups = [np.flatnonzero(batch.group_ids == g) for g in np.unique(batch.group_ids)]
     generated = batch.action_mask.sum(axis=1)
     return {"distinct_answers": np.mean([len({batch.infos[i]["action"] for i in rows})
                                          for rows in groups]),
+            "distinct_well_formed": np.mean([len({batch.infos[i]["action"] for i in rows
+                                                  if batch.infos[i]["valid"]})
+                                             for rows in groups]),
+            "malformed_rate": np.mean([not info["valid"] for info in batch.infos]),
+            "capped_rate": np.mean(generated == N),
             "pass@1": batch.success.mean(),
             "pass@k": np.mean([batch.success[rows].any() for rows in groups]),
             "tokens_per_group": generated.sum() / len(groups),
@@ -152,7 +158,7 @@ def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_pat
     policy = Policy(model_config, params, ByteTokenizer(), "peaky tiny")
     output = str(tmp_path / "latr_sampling.json")
     latr_sampling.run(_config(), tasks=STUDY_TASKS, k=K, seeds=(0, 1), eta=0.5, output=output,
-                      policy=policy, machine={})
+                      policy=policy, machine={}, examples=1)
     with open(output) as f:
         result = json.load(f)
 
@@ -216,6 +222,15 @@ def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_pat
         reported = methods[name]["seeds"]["0"]
         for key, value in _direct(batch).items():
             assert reported[key] == pytest.approx(value), (name, key)
+        # --examples: the first group of seed 0 as text, as the environment read it
+        (example,) = methods[name]["examples"]
+        first = np.flatnonzero(batch.group_ids == batch.group_ids[0])
+        assert example["task"] == eval_seeds(STUDY_TASKS)[0]
+        assert [r["text"] for r in example["rollouts"]] == [
+            policy.tokenizer.decode(batch.tokens[i][batch.action_mask[i]].tolist()) for i in first]
+        actions = [batch.infos[i]["action"] for i in first]
+        assert [r["answer"] for r in example["rollouts"]] == [None if a is None else str(a)
+                                                              for a in actions]
     generated = independent_batch.action_mask.sum(axis=1)
     assert independent["seeds"]["0"]["forwards_per_group"] == \
         pytest.approx(np.maximum(generated - 1, 0).sum() / STUDY_TASKS)

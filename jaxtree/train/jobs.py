@@ -89,7 +89,7 @@ def sft_job(config, workdir: str, overwrite: bool = False) -> str | None:
             print(f"sft: {workdir} already holds this warm start: {done} (--overwrite trains "
                   "anew)")
             return done
-        result = warm_start(exp.sft, exp.model.load(), exp.env.factory(),
+        result = warm_start(exp.sft, exp.model.load(training=True), exp.env.factory(),
                             exp.rollout.context_length, workdir,
                             {"job": "sft", "config": config.to_dict()}, stop,
                             exp.model.training_memory())
@@ -141,11 +141,12 @@ def initial_policy(exp: Experiment, config_dict: dict[str, Any], workdir: str,
     """The policy training starts from, running (or resuming) the warm start into <workdir>/sft
     first if the config says so; None when a stop request ended the warm start early."""
     if exp.train.init == "model":
-        return exp.model.load()
-    result = warm_start(exp.sft, exp.model.load(), exp.env.factory(), exp.rollout.context_length,
+        return exp.model.load(training=True)
+    result = warm_start(exp.sft, exp.model.load(training=True), exp.env.factory(),
+                        exp.rollout.context_length,
                         os.path.join(workdir, "sft"), {"job": "sft", "config": config_dict}, stop,
                         exp.model.training_memory())
-    return exp.model.load(result.path) if result.finished else None
+    return exp.model.load(result.path, training=True) if result.finished else None
 
 
 def write_summary(workdir: str, result: dict) -> None:

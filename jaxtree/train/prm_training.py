@@ -390,7 +390,7 @@ def train_prm_job(config, workdir: str, overwrite: bool = False) -> dict[str, An
                 results = json.load(f)
             print(f"train_prm: {workdir} already holds this PRM (--overwrite trains anew)")
         else:
-            results = fit_prm(settings, exp.model.load(), exp.env.factory(), workdir)
+            results = fit_prm(settings, exp.model.load(training=True), exp.env.factory(), workdir)
     print(f"train_prm: '{settings.labels}' labels, {settings.steps} steps, "
           f"{results['seconds']:.0f}s -> {os.path.join(workdir, PRM_DIR)}")
     print(f"  train:    {_format(results['train'])}")

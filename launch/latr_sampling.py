@@ -30,6 +30,7 @@ Per method: mean ± 95% confidence half-width over seeds (Student t, as in `laun
   malformed          share of rollouts whose answer did not parse
   at n tokens        share of rollouts that used all n = rollout.max_action_tokens tokens (cut
                      off, usually before their answer)
+  duplicates/group   rollouts whose generated tokens repeat another rollout of the group exactly
   pass@1, pass@k     mean success, and the share of tasks with a success among their k rollouts
   branches/token     branch events per generated token (the kernel's branching ratio, pruned
                      branches included); 0 for independent sampling
@@ -88,7 +89,8 @@ DEFAULT_OUTPUT = "benchmark_results/latr_sampling.json"
 # (key, table column) of the per-seed metrics, in table order.
 METRICS = (("distinct_answers", "distinct answers"),
            ("distinct_well_formed", "distinct well-formed"), ("malformed_rate", "malformed"),
-           ("capped_rate", "at n tokens"), ("pass@1", "pass@1"), ("pass@k", "pass@k"),
+           ("capped_rate", "at n tokens"), ("duplicates_per_group", "duplicates/group"),
+           ("pass@1", "pass@1"), ("pass@k", "pass@k"),
            ("branching_ratio", "branches/token"), ("prunes_per_group", "prunes/group"),
            ("saturation_length", "saturation"), ("tokens_per_group", "tokens/group"),
            ("response_length", "response length"), ("forwards_per_group", "forwards/group"),
@@ -227,6 +229,10 @@ def seed_metrics(batch: TrajectoryBatch, strategy_metrics: dict, seconds: float,
             len({str(batch.infos[i].get("action", "")) for i in rows if well_formed[i]})
             for rows in groups])),
         "malformed_rate": float(np.mean(~well_formed)),
+        # rollouts whose generated tokens repeat another rollout of their group exactly
+        "duplicates_per_group": float(np.mean([
+            len(rows) - len({batch.tokens[i][batch.action_mask[i]].tobytes() for i in rows})
+            for rows in groups])),
         # rollouts cut at rollout.max_action_tokens without ending their answer
         "capped_rate": float(np.mean(generated >= max_tokens)),
         "pass@1": diversity["rollout/pass@1"],

@@ -135,8 +135,8 @@ def _config():
 
 def _direct(batch) -> dict:
     """The table's batch metrics computed here from the rows: per group the distinct parsed
-    answers (all, and those of well-formed answers) and whether any row succeeded; the share of
-    malformed answers and of rollouts that used all N tokens."""
+    answers (all, and those of well-formed answers), its exact repeats and whether any row
+    succeeded; the share of malformed answers and of rollouts that used all N tokens."""
     groups = [np.flatnonzero(batch.group_ids == g) for g in np.unique(batch.group_ids)]
     generated = batch.action_mask.sum(axis=1)
     return {"distinct_answers": np.mean([len({batch.infos[i]["action"] for i in rows})
@@ -146,6 +146,9 @@ def _direct(batch) -> dict:
                                              for rows in groups]),
             "malformed_rate": np.mean([not info["valid"] for info in batch.infos]),
             "capped_rate": np.mean(generated == N),
+            "duplicates_per_group": np.mean([
+                len(rows) - len({tuple(batch.tokens[i][batch.action_mask[i]]) for i in rows})
+                for rows in groups]),
             "pass@1": batch.success.mean(),
             "pass@k": np.mean([batch.success[rows].any() for rows in groups]),
             "tokens_per_group": generated.sum() / len(groups),

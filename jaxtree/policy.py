@@ -77,13 +77,12 @@ class ModelSpec(Section):
         in float32 unless `param_dtype` says otherwise (bfloat16 computation on an accelerator
         still applies). A `name` that names nothing is a ConfigError naming `model.name`;
         errors of an explicit `spec` propagate as they are."""
-        param_dtype = self.param_dtype or ("float32" if training else None)
+        dtypes = dict(dtype=self.dtype or None, seed=self.init_seed,
+                      param_dtype=self.param_dtype or ("float32" if training else None))
         if spec is not None:
-            return load_policy(spec, dtype=self.dtype or None, seed=self.init_seed,
-                               param_dtype=param_dtype)
+            return load_policy(spec, **dtypes)
         try:
-            return load_policy(self.name, dtype=self.dtype or None, seed=self.init_seed,
-                               param_dtype=param_dtype)
+            return load_policy(self.name, **dtypes)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError("model.name", f"{self.name!r}: {e}") from e
 

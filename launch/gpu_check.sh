@@ -284,7 +284,8 @@ elif [[ $SMOL == 1 ]]; then
     echo "== base_rows (background, limit ${cap}s each)"
     for row in sudoku4:1.0 minesweeper:1.0 frozen_lake:0.0 tictactoe:0.0 sokoban:0.0 \
                sudoku4:0.0 minesweeper:0.0; do
-        env=${row%%:*} temp=${row##*:} name="${row%%:*}_t${row##*:}"
+        env=${row%%:*} temp=${row##*:}
+        name="${env}_t${temp}"
         mkdir -p "$OUT/base_rows/$name"
         (
             t0=$SECONDS
@@ -316,6 +317,7 @@ if [[ $SMOL == 1 ]]; then
 else
     skip_stage sft_smollm2 "$SMOL_REASON"
 fi
+
 # ----------------------------------------------------------------------------- 3. LATR (SmolLM2)
 
 if [[ $SMOL == 1 && -d "$SFT_DIR/checkpoints" ]]; then

@@ -1,6 +1,7 @@
 """The comparison harness (jaxtree.train.compare, launch.compare), with a fake runner: nothing is
 trained (the grid's variants are validated as typed experiments, which imports JAX)."""
 
+import glob
 import io
 import json
 import math
@@ -525,3 +526,18 @@ def test_warm_start_placeholder_names_the_runs_warm_start(tmp_path):
     bad = make_grid(tmp_path, {"j": {**judge, "train.init": "model"}}, name="ws2", seeds=(0,))
     rc, _, err = run(bad, tmp_path / "out2")
     assert rc == 2 and "names {warm_start} but the run has no warm start" in err
+
+
+@pytest.mark.parametrize("path", sorted(
+    os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "configs", "grids", "*.py"))))
+def test_every_shipped_grid_plans_three_seeds_of_valid_runs(path, tmp_path):
+    """Each grid in configs/grids loads (every variant a valid typed experiment), runs at least
+    three seeds of every variant, and its docstring carries its own launch command."""
+    grid = compare.load_grid(os.path.join(REPO, path))
+    runs = compare.plan_runs(grid, str(tmp_path))
+    assert len(grid.seeds) >= 3
+    assert {(r.variant, r.seed) for r in runs} == {(v, s) for v in grid.variants
+                                                  for s in grid.seeds}
+    doc = compare.grid.import_file(os.path.join(REPO, path), "_doc_check").__doc__
+    assert f"--grid={path}" in " ".join(doc.replace("\\\n", " ").split())
+    assert not os.listdir(tmp_path)        # planning creates nothing

@@ -23,6 +23,9 @@ rate, response length and turns on held-out tasks. Results: docs/results.md.
 
 GROUPS = 16
 L = 8
+# 40 steps, as the VPR grids: beam and lookahead sample B x M = 8 candidate moves per kept move
+# (lookahead plays each two turns further), which two CPU cores pay for at every step.
+STEPS = 40
 BRANCHING, BEAMS, DEPTH = 4, 2, 2
 
 
@@ -35,7 +38,7 @@ def get_grid():
                       "loss.eps_high": 0.28, "loss.kl_coef": 0.0, "advantage.name": "grpo",
                       "filter.name": "top_std", "filter.top_std.keep_fraction": 0.25,
                       "rollout.groups_per_step": GROUPS, "rollout.group_size": L,
-                      "train.steps": 60},
+                      "train.steps": STEPS},
         "variants": {
             "filtering": {},
             "best_of_n": {"rollout.strategy": "best_of_n",

@@ -539,5 +539,5 @@ def test_every_shipped_grid_plans_three_seeds_of_valid_runs(path, tmp_path):
     assert {(r.variant, r.seed) for r in runs} == {(v, s) for v in grid.variants
                                                   for s in grid.seeds}
     doc = compare.grid.import_file(os.path.join(REPO, path), "_doc_check").__doc__
-    assert f"--grid={path}" in " ".join(doc.replace("\\\n", " ").split())
+    assert f"--grid={path}" in doc
     assert not os.listdir(tmp_path)        # planning creates nothing

@@ -9,8 +9,8 @@ learning rate 2e-4), from a warm start eight times longer: 1,200 steps over 8,19
 demonstrations instead of 150 over 2,048. The short warm start writes 56% of its moves into
 filled cells, so VPR's verifier rejects almost every turn (7.6% positive labels) and its
 turn-level normalisation has little to contrast; VPR's paper starts from a base model whose
-moves are mostly legal (Table 1, Base CR 0.632). MC-PR is left out: on this task it costs ~14x
-the other variants' rollout (docs/results.md). Results: docs/results.md.
+moves are mostly legal (Table 1, Base CR 0.632). MC-PR is left out: on this task its
+continuations play 34x the policy's moves per step (docs/results.md). Results: docs/results.md.
 """
 
 from jaxtree.train.compare import sibling_grid

@@ -41,7 +41,7 @@ PEER_TIMEOUT = 300  # seconds to wait for the peer run
 def config(steps):
     from toy_run import toy_config
 
-    # 8 rows per micro-batch: a multiple of data = 8 devices, in one process or two.
+    # 8 rows per micro-batch: a multiple of data = 4 devices, in one process or two.
     return toy_config(steps=steps, train__micro_batch_size=8, checkpoint__every=1)
 
 

@@ -3,9 +3,9 @@
 Two groups of tests/multihost_job.py processes start together when the module's first test
 asks for them (their start-up, mostly imports and compilation, overlaps):
 
-  one   1 process x 8 fake devices: the toy run to step 2, then the resume of `two`'s step-1
+  one   1 process x 4 fake devices: the toy run to step 2, then the resume of `two`'s step-1
         checkpoint (saved by 2 processes, resumed by 1)
-  two   2 processes x 4 fake devices: the same run, then the resume of `one`'s step-1
+  two   2 processes x 2 fake devices: the same run, then the resume of `one`'s step-1
         checkpoint (saved by 1 process, resumed by 2), then a long run during which the last
         test kills process 1: process 0 must stop by itself
 
@@ -84,12 +84,12 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("multihost")
     one, two, long = (str(base / name) for name in ("one", "two", "long"))
     port = _free_port()
-    single = _start([sys.executable, JOB, f"--workdir={one}", f"--resume_peer={two}"], 8,
+    single = _start([sys.executable, JOB, f"--workdir={one}", f"--resume_peer={two}"], 4,
                     base / "one.log")
     pair = [_start([sys.executable, JOB, f"--workdir={two}", f"--resume_peer={one}",
                     f"--long_run={long}", f"--coordinator_address=127.0.0.1:{port}",
                     "--num_processes=2", f"--process_id={i}", f"--heartbeat_timeout={HEARTBEAT}"],
-                   4, base / f"two_{i}.log") for i in range(2)]
+                   2, base / f"two_{i}.log") for i in range(2)]
     try:
         single.wait(timeout=JOB_TIMEOUT)
         assert single.returncode == 0, f"one: {single.returncode}\n{_output(single)[-4000:]}"
@@ -134,7 +134,7 @@ def _assert_same_run(reference, other):
 
 
 def test_two_processes_train_exactly_like_one(runs):
-    """2 processes x 4 devices vs 1 process x 8: the same tasks, episodes, metrics and
+    """2 processes x 2 devices vs 1 process x 4: the same tasks, episodes, metrics and
     parameters after two update steps; both processes of the pair saw the same evaluations."""
     _assert_same_run(runs["one"], runs["two"])
     views = []

@@ -54,19 +54,24 @@ done
 status=0
 declare -A live
 for ((i = 0; i < count; i++)); do live[${pids[$i]}]=$i; done
+# Polled rather than `wait -n PID...`: bash reaps children as they exit, and `wait -n` given a
+# pid it has already reaped answers "no such job" without saying which one finished, so a loop
+# on it can spin forever. `wait PID` returns a reaped child's saved status.
 while [ "${#live[@]}" -gt 0 ]; do
-  finished=
-  wait -n -p finished "${!live[@]}"
-  code=$?
-  [ -z "${finished:-}" ] && continue   # a trapped signal interrupted the wait
-  index=${live[$finished]}
-  unset "live[$finished]"
-  if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then
-    status=$code
-    # The others cannot finish a step without it (every update is a collective of all
-    # processes), so they are killed rather than left to JAX's heartbeat timeout.
-    echo "local_multiprocess: process $index exited with status $code; stopping the others" >&2
-    signal_all KILL
-  fi
+  for pid in "${!live[@]}"; do
+    kill -0 "$pid" 2>/dev/null && continue
+    wait "$pid"
+    code=$?
+    index=${live[$pid]}
+    unset "live[$pid]"
+    if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then
+      status=$code
+      # The others cannot finish a step without it (every update is a collective of all
+      # processes), so they are killed rather than left to JAX's heartbeat timeout.
+      echo "local_multiprocess: process $index exited with status $code; stopping the others" >&2
+      signal_all KILL
+    fi
+  done
+  [ "${#live[@]}" -gt 0 ] && sleep 0.1
 done
 exit "$status"

@@ -11,8 +11,6 @@ import os
 import re
 from typing import Iterable, Mapping, Sequence
 
-from scipy import stats
-
 from jaxtree.train.compare.grid import Grid, GridError
 from jaxtree.train.compare.plan import Run, jsonable
 from jaxtree.train.compare.runs import is_finished, write_json
@@ -29,6 +27,8 @@ STAT_LABELS = {"initial": "initial", "final": "final", "best": "best",
 
 def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t with `df` degrees of freedom."""
+    from scipy import stats  # imported here: ~2 s that a dry run or a bad flag need not pay
+
     return float(stats.t.ppf(p, df))
 
 

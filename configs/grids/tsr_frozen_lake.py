@@ -6,9 +6,11 @@ lookahead vs beam search, 3 seeds.
 As in TSR §4.2 and Alg. 1, every variant samples P = 16 tasks per step, builds L = 8 trajectories
 per task (the tiny model's group size; the paper's 16) and keeps the top p = 25% of groups by the
 standard deviation of their returns (instance filtering, `filter.name=top_std`); the loss has no
-KL term and clips higher (DAPO's clip range 0.2 / 0.28, token-mean), with GRPO advantages
-(configs/grids/tsr_sokoban.py runs the same variants on Sokoban, which the paper trains with
-PPO; this codebase has no critic). Only the rollout differs:
+KL term and clips higher (DAPO's clip range 0.2 / 0.28, token-mean), with GRPO advantages and
+the entropy bonus of TSR App. E (coefficient 0.001, "applied in all experiments"); evaluation
+samples at TSR's temperature 0.5. configs/grids/tsr_sokoban.py runs the same variants on
+Sokoban, which the paper trains with PPO (this codebase has no critic). Only the rollout
+differs:
 
   filtering    L independent episodes (the paper's baseline);
   best_of_n    N = 14 episodes, the L best returns kept (the paper's 28 -> 16 ratio);
@@ -35,7 +37,8 @@ def get_grid():
                   "1, tiny scale)"),
         "config": "frozen_lake_grpo.py",
         "overrides": {"loss.aggregation": "token-mean", "loss.eps_low": 0.2,
-                      "loss.eps_high": 0.28, "loss.kl_coef": 0.0, "advantage.name": "grpo",
+                      "loss.eps_high": 0.28, "loss.kl_coef": 0.0, "loss.entropy_coef": 0.001,
+                      "advantage.name": "grpo", "eval.temperature": 0.5,
                       "filter.name": "top_std", "filter.top_std.keep_fraction": 0.25,
                       "rollout.groups_per_step": GROUPS, "rollout.group_size": L,
                       "train.steps": STEPS},

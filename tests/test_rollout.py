@@ -134,6 +134,42 @@ def test_finished_episodes_stop_consuming_decode_work(tiny):
     assert engine.stats.slot_turns == sum(engine.stats.rows_per_turn) < 5 * 32
 
 
+def test_held_episodes_sit_outside_the_turn_window(tiny):
+    """Held episodes in the leading slots (a lookahead's candidates, MC-PR's waiting episodes)
+    cost no rows: the turn's window starts past them, their slots stay untouched, and the
+    playing copies sample exactly what they sample when everyone plays."""
+    config, params = tiny
+    rollout = RolloutConfig(num_slots=32, context_length=256, max_action_tokens=6,
+                            sampling=SAMPLING)
+
+    def copies_after_one_turn(hold: bool):
+        engine = SlotEngine(config, TOK, frozen_lake(), rollout)
+        engine.begin(params, jax.random.key(3))
+        parents = [engine.add_episode(task_id=t) for t in range(16)]
+        engine.play_turn()
+        copies = [engine.fork(p, 1)[0] for p in parents]
+        held_rows = jax.device_get(engine.state.tokens[:16])
+        held_lengths = [engine.episodes[p].length for p in parents]
+        engine.held = set(parents) if hold else set()
+        engine.play_turn()
+        if hold:
+            assert engine.stats.rows_per_turn[-1] == 16
+            np.testing.assert_array_equal(jax.device_get(engine.state.tokens[:16]), held_rows)
+            assert [engine.episodes[p].length for p in parents] == held_lengths
+            assert all(engine.episodes[p].num_turns == 1 for p in parents)
+        else:
+            assert engine.stats.rows_per_turn[-1] == 32
+        tokens = jax.device_get(engine.state.tokens)
+        return [(tuple(tokens[engine.episodes[c].slot, :engine.episodes[c].length]),
+                 engine.episodes[c].action_logprobs) for c in copies]
+
+    held, everyone = copies_after_one_turn(True), copies_after_one_turn(False)
+    assert len({tokens for tokens, _ in held}) > 1   # the copies sampled different actions
+    for (tokens, logprobs), (tokens_all, logprobs_all) in zip(held, everyone):
+        assert tokens == tokens_all
+        np.testing.assert_allclose(logprobs, logprobs_all, atol=1e-5)
+
+
 def test_fork_continues_from_the_parent_state(tiny):
     config, params = tiny
     engine = SlotEngine(config, TOK, frozen_lake(slippery=True), ENGINE)

@@ -268,10 +268,14 @@ class SlotEngine:
         self._prefill_long(live)
         self.stats.device_seconds += time.perf_counter() - start
         start = time.perf_counter()
-        # Power-of-two row buckets, never below 16: a few idle rows cost less than compiling a
-        # program for every tail size of a rollout. Held episodes occupy rows but sit the turn out
-        # (no observation, budget 0).
-        rows = min(bucket_length(len(self.slots), 16), self.rollout.num_slots)
+        # The turn covers a window of consecutive slots from the first playing one: a
+        # power-of-two count, never below 16 (a few idle rows cost less than compiling a program
+        # for every tail size of a rollout). Held episodes sit the turn out; when they fill the
+        # leading slots (a lookahead's candidates, MC-PR's waiting episodes) the window starts
+        # past them, and the rows inside it get no observation and budget 0.
+        first, last = live[0].slot, live[-1].slot
+        rows = min(bucket_length(last + 1 - first, 16), self.rollout.num_slots)
+        offset = min(first, self.rollout.num_slots - rows)
         width = bucket_length(max(len(e.pending) for e in live), 8)
         chunk = np.full((rows, width), self.tokenizer.pad_id, np.int32)
         chunk_lengths = np.zeros(rows, np.int32)
@@ -279,20 +283,21 @@ class SlotEngine:
         episode_ids = np.zeros(rows, np.int32)
         budgets = np.zeros(rows, np.int32)
         for e in live:
+            row = e.slot - offset
             self.stats.observation_tokens += len(e.pending)
-            chunk[e.slot, :len(e.pending)] = e.pending
-            chunk_lengths[e.slot] = len(e.pending)
-            turns[e.slot] = e.num_turns
-            episode_ids[e.slot] = e.episode_id + self.key_offset
-            budgets[e.slot] = limit
+            chunk[row, :len(e.pending)] = e.pending
+            chunk_lengths[row] = len(e.pending)
+            turns[row] = e.num_turns
+            episode_ids[row] = e.episode_id + self.key_offset
+            budgets[row] = limit
         self.stats.other_host_seconds += time.perf_counter() - start
 
         start = time.perf_counter()
         self.state, out = play_turn(
             self.model_config, self.rollout.sampling, limit, self.tokenizer.pad_id, rows,
-            self.params, self.state, jnp.asarray(chunk), jnp.asarray(chunk_lengths),
-            jnp.asarray(turns), jnp.asarray(episode_ids), self.rng, jnp.asarray(budgets),
-            self._stop_table(rows), self._eos)
+            self.params, self.state, jnp.int32(offset), jnp.asarray(chunk),
+            jnp.asarray(chunk_lengths), jnp.asarray(turns), jnp.asarray(episode_ids), self.rng,
+            jnp.asarray(budgets), self._stop_table(rows), self._eos)
         tokens, num_generated, reasons, logprobs = jax.device_get(out)
         self.stats.device_seconds += time.perf_counter() - start
         self.stats.turns += 1
@@ -301,11 +306,12 @@ class SlotEngine:
 
         finished = []
         for e in live:
-            n = int(num_generated[e.slot])
+            row = e.slot - offset
+            n = int(num_generated[row])
             e.length += len(e.pending) + n
             self.stats.generated_tokens += n
-            e.action_logprobs = logprobs[e.slot, :n]
-            if self._after_action(e, tokens[e.slot, :n].tolist(), int(reasons[e.slot])):
+            e.action_logprobs = logprobs[row, :n]
+            if self._after_action(e, tokens[row, :n].tolist(), int(reasons[row])):
                 finished.append(e)
         start = time.perf_counter()
         self._retire(finished)  # the overflowed ones were retired before the turn

@@ -2,9 +2,9 @@
 
 A slot is one row: an episode's whole token sequence, its KV cache, which tokens the policy
 generated, their behaviour log-probabilities and the turn each token belongs to. Live episodes
-occupy a prefix of the rows (rows [0, live)); every function here works on a static prefix
-`rows` (a power-of-two bucket of the live count), so episodes that have ended stop costing decode
-work. All functions are pure: state in, new state out, with the state donated so XLA updates it
+occupy a prefix of the rows (rows [0, live)); a turn works on a static window of `rows`
+consecutive slots (a power-of-two bucket) starting where the playing episodes start, so episodes
+that have ended, or that sit the turn out, stop costing decode work. All functions are pure: state in, new state out, with the state donated so XLA updates it
 in place.
 
 Shapes: S slots, C context capacity (positions per slot), L chunk length, N action tokens per turn.
@@ -76,16 +76,18 @@ def _map_rows(fn, state: SlotState) -> SlotState:
         logprobs=fn(state.logprobs), turn_index=fn(state.turn_index))
 
 
-def _head(state: SlotState, rows: int) -> SlotState:
-    return _map_rows(lambda x: x[:rows], state)
+def _window(state: SlotState, start: jax.Array, rows: int) -> SlotState:
+    """Slots [start, start + rows); start is traced, rows static (start + rows <= S)."""
+    return _map_rows(lambda x: jax.lax.dynamic_slice_in_dim(x, start, rows, axis=0), state)
 
 
-def _put_head(state: SlotState, head: SlotState) -> SlotState:
-    """Writes `head` back over the first rows of `state` (in place when state is donated)."""
+def _put_window(state: SlotState, window: SlotState, start: jax.Array) -> SlotState:
+    """Writes `window` back over slots [start, ...) of `state` (in place when state is
+    donated)."""
     leaves = jax.tree_util.tree_leaves(state)
-    head_leaves = jax.tree_util.tree_leaves(head)
-    updated = [jax.lax.dynamic_update_slice_in_dim(x, h, 0, axis=0)
-               for x, h in zip(leaves, head_leaves)]
+    window_leaves = jax.tree_util.tree_leaves(window)
+    updated = [jax.lax.dynamic_update_slice_in_dim(x, w, start, axis=0)
+               for x, w in zip(leaves, window_leaves)]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), updated)
 
 
@@ -158,14 +160,16 @@ class TurnOutput(NamedTuple):
 @functools.partial(jax.jit, static_argnames=("config", "sampling", "max_action_tokens", "pad_id",
                                              "rows"), donate_argnames=("state",))
 def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: int, pad_id: int,
-              rows: int, params, state: SlotState, chunk: jax.Array, chunk_lengths: jax.Array,
-              turn: jax.Array, episode_ids: jax.Array, rng: jax.Array, budgets: jax.Array,
-              stop_sequences: jax.Array, eos_ids: jax.Array) -> tuple[SlotState, TurnOutput]:
-    """One turn for the first `rows` slots: append each slot's new observation tokens, then sample
-    its action.
+              rows: int, params, state: SlotState, start: jax.Array, chunk: jax.Array,
+              chunk_lengths: jax.Array, turn: jax.Array, episode_ids: jax.Array, rng: jax.Array,
+              budgets: jax.Array, stop_sequences: jax.Array,
+              eos_ids: jax.Array) -> tuple[SlotState, TurnOutput]:
+    """One turn for slots [start, start + rows): append each slot's new observation tokens, then
+    sample its action. Row r of the arguments and outputs is slot start + r.
 
     Args:
-      rows: static, how many leading slots take part (the others are untouched).
+      rows: static, how many consecutive slots take part (the others are untouched).
+      start: int32 scalar, the first of them (start + rows <= S).
       chunk: int32[R, L] new observation tokens per slot, right-padded; chunk_lengths: int32[R]
         (0 for a slot with nothing to append).
       turn: int32[R], the turn number recorded for the chunk and the action.
@@ -177,7 +181,7 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     Returns:
       (new state, TurnOutput for the R slots).
     """
-    head = _head(state, rows)
+    head = _window(state, start, rows)
     logits, head = _append_observation(config, params, head, chunk, chunk_lengths, turn)
     cache, tokens, action_mask, logprobs, turn_index = head
     # The action: one key per (episode, turn).
@@ -192,7 +196,7 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     turn_index = _write_rows(turn_index, jnp.broadcast_to(turn[:, None], out.tokens.shape),
                              action_offsets, n)
     head = SlotState(cache, tokens, action_mask, logprobs, turn_index)
-    return _put_head(state, head), TurnOutput(out.tokens, n, out.finish_reason,
+    return _put_window(state, head, start), TurnOutput(out.tokens, n, out.finish_reason,
                                           out.policy_logprobs)
 
 

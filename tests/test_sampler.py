@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from jaxtree import models
-from jaxtree.sampling import (CACHE_FULL, Sampler, SamplingConfig, decode_jit, sample_tokens,
-                              sampling_log_probs)
+from jaxtree.sampling import (CACHE_FULL, Sampler, SamplingConfig, decode_jit,
+                              half_step_bucket, sample_tokens, sampling_log_probs)
 from jaxtree.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -326,3 +326,14 @@ def test_decode_continues_a_cache_until_it_is_full(tiny):
     assert int(again.finish_reason[0]) == CACHE_FULL
     np.testing.assert_array_equal(np.asarray(cache.lengths), [16, 16])
     np.testing.assert_array_equal(np.asarray(again.last_logits[0]), np.asarray(last[0]))
+
+
+def test_half_step_buckets_pad_by_at_most_a_third():
+    assert [half_step_bucket(n) for n in (1, 8, 9, 13, 23, 25, 33, 45, 49, 97)] == \
+        [8, 8, 12, 16, 24, 32, 48, 48, 64, 128]
+    shapes = {2 ** k for k in range(3, 12)} | {3 * 2 ** k for k in range(2, 11)}
+    for n in range(8, 2049):
+        width = half_step_bucket(n)
+        assert width in shapes and n <= width
+        assert width == min(s for s in shapes if s >= n)
+        assert width - n < n / 2   # padding < a third of the width

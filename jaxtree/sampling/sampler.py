@@ -199,6 +199,15 @@ def bucket_length(n: int, minimum: int = 8) -> int:
     return max(minimum, 1 << max(0, int(n) - 1).bit_length())
 
 
+def half_step_bucket(n: int, minimum: int = 8) -> int:
+    """The smallest of 2^k and 3 * 2^(k-1) >= max(n, minimum) (8, 12, 16, 24, 32, 48, ...): twice
+    the shapes of `bucket_length`, at most a third of the width padding instead of half. For
+    chunks whose padding is computed on every row (the slot engine's observation of each turn)."""
+    n = max(int(n), minimum, 1)
+    power = bucket_length(n, 1)
+    return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power
+
+
 def bucket_batch(n: int) -> int:
     """Batch sizes: powers of two up to 64, then multiples of 64."""
     return bucket_length(n, 1) if n <= 64 else round_up(n, 64)

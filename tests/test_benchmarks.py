@@ -60,15 +60,23 @@ def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, caps
     from launch.benchmarks import trees
     trees.run("tiny", "frozen_lake", {"style": "compact"}, groups=1, group_size=2, num_slots=16,
               context_length=256, max_action_tokens=6, max_turns=4, interval=2, repeats=1,
-              output=str(tmp_path / "trees.json"), methods=("beam",))
-    results = {r["mode"]: r for r in json.loads((tmp_path / "trees.json").read_text())["results"]}
-    assert set(results) == {"fork", "re-prefill", "independent"}
-    fork, again = results["fork"], results["re-prefill"]
-    # the same tree: same trajectories and generated tokens; each copy re-prefills the prompt
-    assert fork["trajectories"] == again["trajectories"] == results["independent"]["trajectories"]
-    assert fork["generated_tokens"] == again["generated_tokens"]
-    assert again["prefilled_tokens"] > fork["prefilled_tokens"]
-    assert "| beam   | re-prefill" in capsys.readouterr().out
+              output=str(tmp_path / "trees.json"), methods=("beam", "lookahead"))
+    report = json.loads((tmp_path / "trees.json").read_text())["results"]
+    for method in ("beam", "lookahead"):
+        results = {r["mode"]: r for r in report if r["method"] == method}
+        assert set(results) == {"fork", "re-prefill", "independent"}
+        fork, again = results["fork"], results["re-prefill"]
+        # the same tree: same trajectories and generated tokens; each copy re-prefills the prompt
+        assert (fork["trajectories"] == again["trajectories"]
+                == results["independent"]["trajectories"])
+        assert fork["generated_tokens"] == again["generated_tokens"]
+        assert again["prefilled_tokens"] > fork["prefilled_tokens"]
+    lookahead = {r["mode"]: r for r in report if r["method"] == "lookahead"}["fork"]
+    beam = {r["mode"]: r for r in report if r["method"] == "beam"}["fork"]
+    # the lookahead copies' turns are generated (and discarded) on top of the beam's candidates
+    assert lookahead["generated_tokens"] > beam["generated_tokens"]
+    out = capsys.readouterr().out
+    assert "| beam      | re-prefill" in out and "| lookahead | re-prefill" in out
 
 
 def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, capsys):

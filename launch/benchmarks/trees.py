@@ -1,4 +1,4 @@
-"""Prefix reuse of turn-level trees: PATR and beam rollouts with on-device forks, against the same
+"""Prefix reuse of turn-level trees: PATR, beam and lookahead rollouts with on-device forks, against the same
 trees built by re-prefilling every branch from the prompt (the peers' way), and against
 independent rollouts of the same number of trajectories.
 
@@ -15,6 +15,7 @@ prompt/observation tokens prefilled, generated tokens and trajectories, and the 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -28,7 +29,7 @@ from jaxtree.rollout.engine import RolloutConfig, SlotEngine
 from jaxtree.rollout.scorers import SCORERS
 from jaxtree.rollout.slots import init_slots, prefill_slots, read_slots
 from jaxtree.rollout.strategies.patr import PatrConfig, sample_patr
-from jaxtree.rollout.strategies.tsr import BeamConfig, sample_beam
+from jaxtree.rollout.strategies.tsr import BeamConfig, LookaheadConfig, sample_beam
 from jaxtree.sampling.sampler import bucket_length
 from jaxtree.utils import print_table
 from launch.benchmarks.common import machine_info, seeded_median_seconds, write_json
@@ -69,23 +70,27 @@ class ReprefillEngine(SlotEngine):
         return children
 
 
-METHODS = ("patr", "beam")
+METHODS = ("patr", "beam", "lookahead")
 
 
 def _arms(policy, make_env, rollout: RolloutConfig, tasks, patr: PatrConfig, beam: BeamConfig,
-          group_size: int, methods=METHODS):
-    """(method, build, engine, step(engine, seed) -> batch) of every tree arm."""
+          lookahead: LookaheadConfig, group_size: int, methods=METHODS):
+    """(method, build, engine, step(engine, seed) -> batch) of every tree arm. Lookahead gets
+    twice the slots: each candidate's discarded copy plays while the candidate is held."""
     scorer = SCORERS.build("heuristic", None)
     arms = []
     for method in methods:
+        slots = rollout.num_slots * (2 if method == "lookahead" else 1)
         for mode, engine_type in (("fork", SlotEngine), ("re-prefill", ReprefillEngine)):
-            engine = engine_type(policy.config, policy.tokenizer, make_env, rollout)
+            engine = engine_type(policy.config, policy.tokenizer, make_env,
+                                 dataclasses.replace(rollout, num_slots=slots))
             if method == "patr":
                 step = (lambda e, seed: sample_patr(e, policy.params, jax.random.key(seed), tasks,
                                                     patr, scorer)[0])
             else:
-                step = (lambda e, seed: sample_beam(e, policy.params, jax.random.key(seed), tasks,
-                                                    group_size, beam)[0])
+                search = beam if method == "beam" else lookahead
+                step = (lambda e, seed, search=search: sample_beam(
+                    e, policy.params, jax.random.key(seed), tasks, group_size, search)[0])
             arms.append((method, mode, engine, step))
     return arms
 
@@ -114,9 +119,10 @@ def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_s
     tasks = list(range(20_000, 20_000 + groups))
     patr = PatrConfig(interval=interval)
     beam = BeamConfig(beams=2, branching=2)
+    lookahead = LookaheadConfig(beams=2, branching=2, depth=2)
     results, rows = [], []
     for method, mode, engine, step in _arms(policy, make_env, rollout, tasks, patr, beam,
-                                            group_size, methods):
+                                            lookahead, group_size, methods):
         result, batch = _measure(method, mode, engine, step, repeats)
         results.append(result)
         if mode == "fork":
@@ -143,8 +149,8 @@ def run(policy_spec: str, env_name: str, env_options: dict, groups: int, group_s
                      f"{r['prefilled_tokens'] / max(fork['prefilled_tokens'], 1):.2f}x"])
     print(f"\nTree rollouts: {policy_spec} on {env_name}, {groups} tasks, PATR (B0 "
           f"{patr.initial_branches}, M {patr.children}, k {patr.expand_top_k}, K {interval}) and "
-          f"beam (B {beam.beams}, M {beam.branching}, {group_size} searches per task), median "
-          f"of {repeats}")
+          f"beam (B {beam.beams}, M {beam.branching}, {group_size} searches per task; lookahead "
+          f"the same with D {lookahead.depth}), median of {repeats}")
     print_table(["method", "build", "seconds/step", "tokens prefilled", "tokens generated",
                  "trajectories", "time vs fork", "prefill vs fork"], rows)
     write_json(output, {"benchmark": "trees", "machine": machine_info(), "policy": policy_spec,

@@ -18,9 +18,12 @@ writes the raw numbers (every repeat, machine description) as JSON.
 
 from __future__ import annotations
 
+import json
+
 from absl import flags
 
 from launch.common import fail, run_app
+
 
 _BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values", "trees")
 
@@ -44,6 +47,8 @@ _SLOTS = flags.DEFINE_list("slots", ["64", "256"], "rollout: slot counts.")
 _ROLLOUT_EPISODES = flags.DEFINE_integer("rollout_episodes", 512, "rollout: episodes per run.")
 _ENV = flags.DEFINE_string("env", "frozen_lake", "rollout: environment.")
 _ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per action.")
+_ENV_OPTIONS = flags.DEFINE_string("env_options", '{"style": "compact"}',
+                                   "mc_values, trees: the environment's options (JSON object).")
 _TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minibatch.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 384, "train: tokens per sequence.")
 _MICRO_BATCHES = flags.DEFINE_list("micro_batches", ["8", "32"], "train: micro-batch sizes.")
@@ -74,6 +79,17 @@ _TREE_TURNS = flags.DEFINE_integer("tree_max_turns", 10, "trees: turns per episo
 _TREE_INTERVAL = flags.DEFINE_integer("tree_interval", 5, "trees: PATR's K (FrozenLake: 5).")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
+
+
+def _env_options() -> dict:
+    """--env_options parsed, or a one-line failure naming the flag."""
+    try:
+        options = json.loads(_ENV_OPTIONS.value)
+    except json.JSONDecodeError as e:
+        fail(f"--env_options: not JSON ({e})")
+    if not isinstance(options, dict):
+        fail(f"--env_options: expected a JSON object, got {_ENV_OPTIONS.value!r}")
+    return options
 
 
 def main(argv):
@@ -120,13 +136,13 @@ def main(argv):
     elif name == "mc_values":
         from launch.benchmarks import mc_values  # noqa: PLC0415
 
-        mc_values.run(_POLICY.value, _ENV.value, {"style": "compact"},
+        mc_values.run(_POLICY.value, _ENV.value, _env_options(),
                       [int(m) for m in _CONTINUATIONS.value], _GROUPS.value, _GROUP_SIZE.value,
                       _MC_CONTEXT.value, _ACTION_TOKENS.value, _REPEATS.value, output)
     elif name == "trees":
         from launch.benchmarks import trees  # noqa: PLC0415
 
-        trees.run(_POLICY.value, _ENV.value, {"style": "compact"}, _GROUPS.value,
+        trees.run(_POLICY.value, _ENV.value, _env_options(), _GROUPS.value,
                   _GROUP_SIZE.value, _TREE_SLOTS.value, _TREE_CONTEXT.value, _ACTION_TOKENS.value,
                   _TREE_TURNS.value, _TREE_INTERVAL.value, _REPEATS.value, output)
 

@@ -53,6 +53,15 @@ def test_rollout_benchmark_reports_host_share(tmp_path):
     assert 0 < row["host_share"] < 1 and 0 < row["device_share"] <= 1
 
 
+def test_malformed_env_options_fail_naming_the_flag(tmp_path):
+    for bad in ("{size: 4}", "[4]"):
+        proc = _run("launch.benchmark", "trees", f"--env_options={bad}",
+                    f"--output={tmp_path / 'trees.json'}")
+        assert proc.returncode != 0 and "--env_options" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "trees.json").exists()
+
+
 @pytest.mark.slow
 def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, capsys):
     """Beam search forks every root before its first action, so even a random model's trees

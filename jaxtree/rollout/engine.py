@@ -12,9 +12,9 @@ environment. A turn, for every live episode at once:
 Episodes end on `done`, on the turn limit, or when the slot's context is full (`TRUNCATED`), or
 when a controller stops them (`stop`: `PRUNED`).
 Live episodes are kept packed in the leading slots: when episodes end, the last live slots move
-into the holes (an on-device row copy), and queued episodes take the freed slots. Every device
-call covers only a power-of-two bucket of the live count, so finished episodes stop costing decode
-work.
+into the holes (an on-device row copy), and queued episodes take the freed slots. A turn covers
+only a power-of-two window of slots from the first playing episode, so finished episodes, and
+held ones in the leading slots, stop costing decode work.
 
 `fork(episode, n)` copies an episode's slot on device and clones its environment: the children
 continue from the parent's exact state without re-prefilling the shared prefix (PATR expansion,

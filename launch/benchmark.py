@@ -24,7 +24,6 @@ from absl import flags
 
 from launch.common import fail, run_app
 
-
 _BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values", "trees")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"],

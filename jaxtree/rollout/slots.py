@@ -4,8 +4,8 @@ A slot is one row: an episode's whole token sequence, its KV cache, which tokens
 generated, their behaviour log-probabilities and the turn each token belongs to. Live episodes
 occupy a prefix of the rows (rows [0, live)); a turn works on a static window of `rows`
 consecutive slots (a power-of-two bucket) starting where the playing episodes start, so episodes
-that have ended, or that sit the turn out, stop costing decode work. All functions are pure: state in, new state out, with the state donated so XLA updates it
-in place.
+that have ended, or that sit the turn out, stop costing decode work. All functions are pure: state
+in, new state out, with the state donated so XLA updates it in place.
 
 Shapes: S slots, C context capacity (positions per slot), L chunk length, N action tokens per turn.
 """
@@ -181,9 +181,9 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     Returns:
       (new state, TurnOutput for the R slots).
     """
-    head = _window(state, start, rows)
-    logits, head = _append_observation(config, params, head, chunk, chunk_lengths, turn)
-    cache, tokens, action_mask, logprobs, turn_index = head
+    window = _window(state, start, rows)
+    logits, window = _append_observation(config, params, window, chunk, chunk_lengths, turn)
+    cache, tokens, action_mask, logprobs, turn_index = window
     # The action: one key per (episode, turn).
     keys = randomness.row_keys(rng, episode_ids, turn)
     action_offsets = cache.lengths
@@ -195,9 +195,9 @@ def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: 
     logprobs = _write_rows(logprobs, out.policy_logprobs, action_offsets, n)
     turn_index = _write_rows(turn_index, jnp.broadcast_to(turn[:, None], out.tokens.shape),
                              action_offsets, n)
-    head = SlotState(cache, tokens, action_mask, logprobs, turn_index)
-    return _put_window(state, head, start), TurnOutput(out.tokens, n, out.finish_reason,
-                                          out.policy_logprobs)
+    window = SlotState(cache, tokens, action_mask, logprobs, turn_index)
+    return _put_window(state, window, start), TurnOutput(out.tokens, n, out.finish_reason,
+                                                         out.policy_logprobs)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))

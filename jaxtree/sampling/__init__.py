@@ -11,6 +11,6 @@ from jaxtree.sampling.sampler import (CACHE_FULL, EOS, FINISH_REASONS, MAX_TOKEN
 __all__ = [
     "CACHE_FULL", "EOS", "FINISH_REASONS", "MAX_TOKENS", "STOP_SEQUENCE", "DecodeOutput",
     "SampleResult", "Sampler", "SamplingConfig", "bucket_batch", "bucket_length", "decode",
-    "decode_jit", "decode_with_uniforms", "generate", "generate_jit", "half_step_bucket", "sample_tokens",
-    "sampling_log_probs",
+    "decode_jit", "decode_with_uniforms", "generate", "generate_jit", "half_step_bucket",
+    "sample_tokens", "sampling_log_probs",
 ]

@@ -205,7 +205,8 @@ def half_step_bucket(n: int, minimum: int = 8) -> int:
     chunks whose padding is computed on every row (the slot engine's observation of each turn)."""
     n = max(int(n), minimum, 1)
     power = bucket_length(n, 1)
-    return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power
+    three_quarters = power * 3 // 4
+    return three_quarters if three_quarters >= n else power
 
 
 def bucket_batch(n: int) -> int:

@@ -1,6 +1,6 @@
-"""Prefix reuse of turn-level trees: PATR, beam and lookahead rollouts with on-device forks, against the same
-trees built by re-prefilling every branch from the prompt (the peers' way), and against
-independent rollouts of the same number of trajectories.
+"""Prefix reuse of turn-level trees: PATR, beam and lookahead rollouts with on-device forks,
+against the same trees built by re-prefilling every branch from the prompt (the peers' way), and
+against independent rollouts of the same number of trajectories.
 
 A fork here copies the parent's cache rows and clones its environment, so the shared prefix is
 computed once. The re-prefill arm runs the same rollout (same seeds, same tree) and, at every

@@ -136,3 +136,59 @@ def test_the_configured_signature_function_names_each_recorded_state(tiny, name)
             want = (batch.anchor_states[i, t] if name == "state"
                     else "|".join(batch.action_signatures[i, :t]))
             assert batch.state_signatures[i, t] == want
+
+
+def _label_agreement_by_hand(rewards, verified, valid, num_turns):
+    """launch.mc_labels.label_agreement transcribed as loops over episodes and turns."""
+    kinds = {"verified": [], "legal, not verified": [], "illegal": []}
+    for i, n in enumerate(num_turns):
+        for t in range(n):
+            kind = ("verified" if verified[i][t] > 0.5 else
+                    "legal, not verified" if valid[i][t] else "illegal")
+            kinds[kind].append(float(rewards[i][t]))
+
+    def auc(first, second):
+        if not first or not second:
+            return float("nan")
+        wins = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in first for y in second)
+        return wins / (len(first) * len(second))
+
+    rest = kinds["legal, not verified"] + kinds["illegal"]
+    return kinds, {"verified vs rest": auc(kinds["verified"], rest),
+                   "legal vs illegal": auc(kinds["legal, not verified"], kinds["illegal"]),
+                   "verified vs legal unverified": auc(kinds["verified"],
+                                                       kinds["legal, not verified"])}
+
+
+def test_mc_label_agreement_hand_checked_and_against_loops():
+    from jaxtree.rewards.mc_process import label_agreement
+    rewards = np.array([[0.1, -0.1, 0.0, 0.0], [0.2, 0.0, 0.0, 5.0]])   # 5.0: not played
+    verified = np.array([[1, 0, 0, 0], [0, 0, 0, 1]], float)
+    valid = np.array([[1, 1, 0, 0], [1, 0, 0, 1]], bool)
+    played = np.arange(4)[None, :] < np.array([3, 2])[:, None]
+    out = label_agreement(rewards, verified, valid, played)
+    assert out["moves"] == 5 and out["positive"] == pytest.approx(0.4)
+    assert [out["kinds"][k]["count"] for k in ("verified", "legal, not verified", "illegal")] \
+        == [1, 2, 2]
+    assert out["kinds"]["legal, not verified"]["mean"] == pytest.approx(0.05)
+    assert out["kinds"]["illegal"]["positive"] == 0.0 == out["kinds"]["illegal"]["negative"]
+    assert out["auc"] == pytest.approx({"verified vs rest": 0.75, "legal vs illegal": 0.5,
+                                        "verified vs legal unverified": 0.5})
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n, k = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        num_turns = rng.integers(0, k + 1, n)
+        rewards = rng.integers(-2, 3, (n, k)) / 10.0          # coarse: ties are common
+        valid = rng.random((n, k)) < 0.6
+        verified = (valid & (rng.random((n, k)) < 0.5)).astype(float)
+        played = np.arange(k)[None, :] < num_turns[:, None]
+        out = label_agreement(rewards, verified, valid, played)
+        kinds, aucs = _label_agreement_by_hand(rewards, verified, valid, num_turns)
+        assert out["moves"] == int(num_turns.sum())
+        for name, values in kinds.items():
+            assert out["kinds"][name]["count"] == len(values)
+            if values:
+                assert out["kinds"][name]["mean"] == pytest.approx(np.mean(values))
+        for name, value in aucs.items():
+            assert out["auc"][name] == pytest.approx(value, nan_ok=True)

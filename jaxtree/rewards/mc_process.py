@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxtree.rewards.base import REWARDS, zero_rewards
+from jaxtree.rollout.scorer_probe import ORACLE, RANDOM, pairwise_auc
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 
@@ -39,6 +40,54 @@ def mc_process_rewards(batch: TrajectoryBatch) -> np.ndarray:
     last = np.arange(k)[None, :] == batch.num_turns[:, None] - 1
     following = np.where(last, np.asarray(batch.outcome_reward, np.float32)[:, None], following)
     return np.where(played, following - values, 0.0).astype(np.float32)
+
+
+# A reward counts as positive / negative beyond this magnitude (the values are means of float32
+# returns, so equal values can differ in the last bits).
+SIGN_TOLERANCE = 1e-6
+
+MOVE_KINDS = ("verified", "legal, not verified", "illegal")
+
+
+def reward_auc(first: np.ndarray, second: np.ndarray) -> float:
+    """P(x > y) + P(x = y) / 2 for x from `first`, y from `second` (NaN if either is empty)."""
+    labels = np.r_[np.full(len(first), ORACLE), np.full(len(second), RANDOM)]
+    return pairwise_auc(np.r_[first, second].astype(np.float64), labels)
+
+
+def label_agreement(rewards: np.ndarray, verified: np.ndarray, valid: np.ndarray,
+                    played: np.ndarray) -> dict:
+    """MC-PR's turn rewards grouped by what the environment says of each move (what
+    `python -m launch.mc_labels` reports: does r_t separate verified moves from the rest?).
+
+    Args:
+      rewards: float[N, K], r_t of every turn (0 after the last played one).
+      verified: float or bool[N, K], the verifier's label (> 0.5: accepted).
+      valid: bool[N, K], the move was legal and parsed.
+      played: bool[N, K], the turn was played.
+    Returns {"moves", "positive", "kinds": {kind: {"count", "share", "mean", "positive",
+    "negative"}}, "auc": {name: value}} over the played turns.
+    """
+    played = np.asarray(played, bool)
+    r = np.asarray(rewards, np.float64)[played]
+    accepted = np.asarray(verified, np.float64)[played] > 0.5
+    legal = np.asarray(valid, bool)[played]
+    masks = dict(zip(MOVE_KINDS, (accepted, legal & ~accepted, ~legal & ~accepted)))
+    def sign_share(x: np.ndarray, sign: float) -> float:
+        return float(np.mean(sign * x > SIGN_TOLERANCE)) if len(x) else float("nan")
+
+    kinds = {}
+    for name, mask in masks.items():
+        x = r[mask]
+        kinds[name] = {"count": int(mask.sum()), "share": float(mask.mean()) if len(r) else 0.0,
+                       "mean": float(x.mean()) if len(x) else float("nan"),
+                       "positive": sign_share(x, 1.0), "negative": sign_share(x, -1.0)}
+    unverified_legal, illegal = masks[MOVE_KINDS[1]], masks[MOVE_KINDS[2]]
+    aucs = {"verified vs rest": reward_auc(r[accepted], r[~accepted]),
+            "legal vs illegal": reward_auc(r[unverified_legal], r[illegal]),
+            "verified vs legal unverified": reward_auc(r[accepted], r[unverified_legal])}
+    return {"moves": int(len(r)), "positive": sign_share(r, 1.0) if len(r) else 0.0,
+            "kinds": kinds, "auc": aucs}
 
 
 @REWARDS.register("mc_process")

@@ -41,6 +41,7 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Policy whose moves are la
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default: none).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed of the rollouts.")
 
+
 def run(config, checkpoint: str | None, output: str | None, seed: int) -> dict:
     exp = Experiment.from_config(config)
     stage = exp.rollout

@@ -139,7 +139,7 @@ def test_the_configured_signature_function_names_each_recorded_state(tiny, name)
 
 
 def _label_agreement_by_hand(rewards, verified, valid, num_turns):
-    """launch.mc_labels.label_agreement transcribed as loops over episodes and turns."""
+    """jaxtree.rewards.mc_process.label_agreement transcribed as loops over episodes and turns."""
     kinds = {"verified": [], "legal, not verified": [], "illegal": []}
     for i, n in enumerate(num_turns):
         for t in range(n):

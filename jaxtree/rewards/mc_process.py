@@ -55,6 +55,11 @@ def reward_auc(first: np.ndarray, second: np.ndarray) -> float:
     return pairwise_auc(np.r_[first, second].astype(np.float64), labels)
 
 
+def _sign_share(x: np.ndarray, sign: float) -> float:
+    """Share of `x` beyond SIGN_TOLERANCE on the side of `sign` (+1 or -1; NaN if empty)."""
+    return float(np.mean(sign * x > SIGN_TOLERANCE)) if len(x) else float("nan")
+
+
 def label_agreement(rewards: np.ndarray, verified: np.ndarray, valid: np.ndarray,
                     played: np.ndarray) -> dict:
     """MC-PR's turn rewards grouped by what the environment says of each move (what
@@ -73,20 +78,17 @@ def label_agreement(rewards: np.ndarray, verified: np.ndarray, valid: np.ndarray
     accepted = np.asarray(verified, np.float64)[played] > 0.5
     legal = np.asarray(valid, bool)[played]
     masks = dict(zip(MOVE_KINDS, (accepted, legal & ~accepted, ~legal & ~accepted)))
-    def sign_share(x: np.ndarray, sign: float) -> float:
-        return float(np.mean(sign * x > SIGN_TOLERANCE)) if len(x) else float("nan")
-
     kinds = {}
     for name, mask in masks.items():
         x = r[mask]
         kinds[name] = {"count": int(mask.sum()), "share": float(mask.mean()) if len(r) else 0.0,
                        "mean": float(x.mean()) if len(x) else float("nan"),
-                       "positive": sign_share(x, 1.0), "negative": sign_share(x, -1.0)}
+                       "positive": _sign_share(x, 1.0), "negative": _sign_share(x, -1.0)}
     unverified_legal, illegal = masks[MOVE_KINDS[1]], masks[MOVE_KINDS[2]]
     aucs = {"verified vs rest": reward_auc(r[accepted], r[~accepted]),
             "legal vs illegal": reward_auc(r[unverified_legal], r[illegal]),
             "verified vs legal unverified": reward_auc(r[accepted], r[unverified_legal])}
-    return {"moves": int(len(r)), "positive": sign_share(r, 1.0) if len(r) else 0.0,
+    return {"moves": int(len(r)), "positive": _sign_share(r, 1.0) if len(r) else 0.0,
             "kinds": kinds, "auc": aucs}
 
 

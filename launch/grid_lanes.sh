@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Runs a grid's unfinished runs in parallel, one `launch.compare` lane per variant x seed, into one
+# output directory, then aggregates it: what `python -m launch.compare --grid=GRID --out=OUT` does
+# one run at a time, for a machine with many cores (and one accelerator the lanes share).
+#
+#   bash launch/grid_lanes.sh GRID OUT [DEADLINE_S]
+#
+# launch.compare holds one lock per output directory, so each lane gets its own directory
+# OUT/lanes/<variant>_seed<s> whose runs/, warm_starts/ and artifacts/ link to OUT's: every run lands in
+# OUT/runs/<variant>/seed_<s> as the serial command puts it, and the serial command resumes or
+# aggregates the same OUT. The first lane builds the grid's warm start; the others start once it
+# is complete. Grids whose runs share one warm start only, with their artifacts (a trained PRM)
+# already built (refused otherwise: launch.compare builds them).
+# DEADLINE_S (seconds from the start, 0 = none): the lanes then get SIGTERM, which launch.train
+# answers by saving a checkpoint; running the same command again resumes them.
+#
+# Environment: PYTHON (default python); LANES (most lanes at once, default: all); POLL_S (how
+# often the lanes are looked at, default 5 seconds);
+# XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU.
+set -uo pipefail
+
+if [[ $# -lt 2 ]]; then
+  echo "usage: bash launch/grid_lanes.sh GRID OUT [DEADLINE_S]" >&2
+  exit 2
+fi
+GRID=$1
+OUT=$2
+DEADLINE_S=${3:-0}
+PYTHON=${PYTHON:-python}
+POLL_S=${POLL_S:-5}
+export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
+START=$(date +%s)
+mkdir -p "$OUT/lanes" "$OUT/runs" "$OUT/warm_starts" "$OUT/artifacts" || exit 2
+
+PLAN=$("$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --dry_run 2>/dev/null) || {
+  echo "launch.compare --dry_run refused the grid:" >&2
+  "$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --dry_run >&2
+  exit 2
+}
+if [[ $(grep -c '^# warm start ' <<<"$PLAN") -gt 1 ]]; then
+  echo "grid_lanes.sh: $GRID has more than one warm start; run it with launch.compare" >&2
+  exit 2
+fi
+if grep -q '^# artifact .*: to build' <<<"$PLAN"; then
+  echo "grid_lanes.sh: $GRID needs artifacts that are not built; build them with launch.compare" >&2
+  exit 2
+fi
+# "# variant=NAME seed=S: STATE" for every run; the finished ones are skipped.
+mapfile -t PENDING < <(sed -n '/: finished/!s/^# variant=\([^ ]*\) seed=\([0-9]*\): .*/\1 \2/p' \
+                       <<<"$PLAN")
+echo "grid_lanes.sh: ${#PENDING[@]} runs to go"
+
+PIDS=()
+lane() {  # lane VARIANT SEED: one launch.compare on its own output directory
+  local dir="$OUT/lanes/$1_seed$2"
+  mkdir -p "$dir"
+  ln -sfn "$(realpath "$OUT/runs")" "$dir/runs"
+  ln -sfn "$(realpath "$OUT/warm_starts")" "$dir/warm_starts"
+  ln -sfn "$(realpath "$OUT/artifacts")" "$dir/artifacts"
+  "$PYTHON" -m launch.compare --grid="$GRID" --out="$dir" --only="$1" --seeds="$2" \
+    > "$dir/compare.log" 2>&1 &
+  PIDS+=($!)
+  echo "grid_lanes.sh: lane $1 seed $2 started (log $dir/compare.log)"
+}
+past_deadline() {
+  [[ $DEADLINE_S -gt 0 && $(( $(date +%s) - START )) -ge $DEADLINE_S ]]
+}
+stop_lanes() {
+  echo "grid_lanes.sh: stopping the lanes (checkpoints are saved)"
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  wait
+}
+trap 'stop_lanes; exit 130' INT TERM
+
+warm_built() {  # the only warm start, if any, is complete
+  local f
+  for f in "$OUT"/warm_starts/*/warm_start.json; do
+    [[ -e $f ]] || return 1
+    grep -q '"complete": true' "$f" || return 1
+  done
+  return 0
+}
+
+NEXT=0
+if [[ ${#PENDING[@]} -gt 0 ]] && grep -q '^# warm start .*to build' <<<"$PLAN"; then
+  lane ${PENDING[0]}
+  NEXT=1
+  until warm_built; do
+    if ! kill -0 "${PIDS[0]}" 2>/dev/null; then
+      warm_built || { echo "grid_lanes.sh: the warm start failed (see its log.txt)" >&2; exit 1; }
+    fi
+    past_deadline && { stop_lanes; exit 124; }
+    sleep "$POLL_S"
+  done
+fi
+MAX=${LANES:-${#PENDING[@]}}
+while [[ $NEXT -lt ${#PENDING[@]} ]]; do
+  running=0
+  for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+  if [[ $running -lt $MAX ]]; then
+    lane ${PENDING[$NEXT]}
+    NEXT=$((NEXT + 1))
+  else
+    past_deadline && break
+    sleep "$POLL_S"
+  fi
+done
+status=0
+while true; do
+  running=0
+  for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+  [[ $running -eq 0 ]] && break
+  if past_deadline; then stop_lanes; status=124; break; fi
+  sleep "$POLL_S"
+done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || { [[ $status -eq 0 ]] && status=1; }; done
+"$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --aggregate_only || status=1
+exit $status

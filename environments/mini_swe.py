@@ -36,7 +36,9 @@ legal turn whose tests count as failed: it costs that turn and nothing else, and
 "filesystem", "crash"; mini_swe_sandbox). `info` also has `validation` (RTMC §3.4's indicator:
 True on a run_tests turn whose selected tests all pass after a modification not yet validated,
 once per modification, so repeated runs earn no repeated shaping), `tests_passed` /
-`tests_failed` (of the turn's run, None otherwise), and the metrics `edits`, `test_runs`,
+`tests_failed` (of the turn's run, None otherwise), `subprocess_seconds` (the wall time of the
+turn's sandboxed run, 0.0 for a turn without one or a cached run: what the sandbox costs a
+rollout, summed by the rollout engine), and the metrics `edits`, `test_runs`,
 `two_file`, `fixed` (every source file is again the original program: AST-equal) and `task`.
 `info["valid"]` is RTMC's step validity (the text parsed to a legal command).
 
@@ -633,7 +635,7 @@ class MiniSWE(TextEnv):
             self._record(_Turn(text, kind, True, False, True, blind, None, False, False))
             return 0.0, False, False
         if kind == "run_tests":
-            result = self._run(select=action.text, hidden=False)
+            result, seconds = self._run(select=action.text, hidden=False)
             self._test_runs += 1
             ok = result.all_passed
             passed_runs, failed_runs = self._test_counts
@@ -644,17 +646,19 @@ class MiniSWE(TextEnv):
             if result.limit not in ("timeout", "cpu"):
                 self._tested = True
             self._step = {"sandbox": result.limit, "validation": validation,
-                          "tests_passed": result.passed, "tests_failed": result.failed}
+                          "tests_passed": result.passed, "tests_failed": result.failed,
+                          "subprocess_seconds": seconds}
             self._output = self._run_text(result)
             failing = result.failed > 0 and result.limit is None
             self._record(_Turn(text, kind, True, failing, False, False,
                                None if result.limit else ok, failing, result.limit is not None))
             return 0.0, False, False
         # submit
-        result = self._run(select=None, hidden=True)
+        result, seconds = self._run(select=None, hidden=True)
         success = result.all_passed
         self._step = {"sandbox": result.limit, "validation": False,
-                      "tests_passed": result.passed, "tests_failed": result.failed}
+                      "tests_passed": result.passed, "tests_failed": result.failed,
+                      "subprocess_seconds": seconds}
         verdict = "all hidden tests passed" if success else "the hidden tests did not pass"
         limit = f" (stopped by the sandbox: {result.limit})" if result.limit else ""
         self._output = (f"Submitted: {verdict}{limit} ({result.passed} passed, "
@@ -742,6 +746,8 @@ class MiniSWE(TextEnv):
         return message
 
     def _run(self, select: str | None, hidden: bool):
+        """The tests' result and the seconds spent in the sandbox's subprocess for it (0 when
+        an identical run was cached)."""
         task = self.task
         if hidden:
             files = {name: self._files[name] for name in task.source_files}
@@ -759,11 +765,11 @@ class MiniSWE(TextEnv):
                    sandbox.strict, sandbox.time_limit)
             cached = _RUNS.get(key)
             if cached is not None:
-                return cached
+                return cached, 0.0
         result = self.sandbox.run(self._workspace.path, files, tests, select=select, cases=cases)
         if key is not None and result.limit not in ("timeout", "cpu"):
             _RUNS.put(key, result)
-        return result
+        return result, result.seconds
 
     def _run_text(self, result) -> str:
         text = result.output
@@ -1015,7 +1021,8 @@ class MiniSWE(TextEnv):
                 "sandbox": self._step.get("sandbox"),
                 "validation": self._step.get("validation", False),
                 "tests_passed": self._step.get("tests_passed"),
-                "tests_failed": self._step.get("tests_failed")}
+                "tests_failed": self._step.get("tests_failed"),
+                "subprocess_seconds": self._step.get("subprocess_seconds", 0.0)}
 
 
 def rtmc_action_signature(action: Command) -> str:

@@ -40,6 +40,9 @@ def test_environment_benchmark_writes_its_table_and_json(tmp_path):
                      "mini_swe"}
     for row in report["results"]:
         assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1
+        assert row["turns_per_s"] > 0
+        # only mini-SWE runs code in subprocesses (its oracle's run_tests and submit)
+        assert (0 < row["subprocess_share"] < 1) == (row["environment"] == "mini_swe")
 
 
 @pytest.mark.slow

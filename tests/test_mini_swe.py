@@ -712,6 +712,23 @@ def test_validation_and_run_info():
     assert info["task"] == "scaling/wrong_constant" and info["two_file"] is False
 
 
+def test_subprocess_seconds_are_the_turns_sandboxed_runs():
+    env = make(module="scaling", operators=["wrong_constant"], cache_runs=False)
+    env.reset(0)
+    info = env.step(env.answer_text(env.oracle_action()))[3]  # view: no subprocess
+    assert info["action"].startswith("view") and info["subprocess_seconds"] == 0.0
+    assert env.step("not a command")[3]["subprocess_seconds"] == 0.0
+    # a run's seconds are measured around the subprocess (start to reap): above 0, below the
+    # sandbox's wall-clock limit
+    for command in ("run_tests", "run_tests", "submit"):
+        assert 0.0 < env.step(command)[3]["subprocess_seconds"] < env.sandbox.time_limit
+    # with the process-wide cache, a run identical to an earlier one starts no subprocess
+    cached = make(module="scaling", operators=["wrong_constant"], cache_runs=True)
+    cached.reset(0)
+    cached.step("run_tests")
+    assert cached.step("run_tests")[3]["subprocess_seconds"] == 0.0
+
+
 # ---------------------------------------------------------------------- the PATR judge
 
 

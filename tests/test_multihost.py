@@ -120,11 +120,13 @@ def _assert_same_run(reference, other):
     """Identical rollouts and evaluations, the same update to 1e-5, parameters to 1e-5."""
     import chex
 
+    from jaxtree.rollout.engine import TIMING_METRICS
+
     expected, got = _metrics(reference), _metrics(other)
     assert [r["step"] for r in got] == [r["step"] for r in expected] == [0, 1, 2]
     for want, have in zip(expected, got):
         for key, value in want.items():
-            if key.startswith("time/") or key == "rollout/host_share":
+            if key.startswith("time/") or key in TIMING_METRICS:
                 continue  # wall-clock measurements
             if key.startswith(("rollout/", "eval/", "step")):
                 assert have[key] == value, (want["step"], key, value, have[key])

@@ -105,6 +105,29 @@ def test_action_mask_covers_exactly_the_generated_tokens(batch_and_engine):
     assert engine.stats.generated_tokens == batch.action_mask.sum()
 
 
+class _LakeWithSubprocess(environments.env_class("frozen_lake")):
+    """FrozenLake whose every step reports 0.25 s spent in a subprocess (as mini-SWE's test runs
+    report theirs)."""
+
+    def step(self, text):
+        observation, reward, done, info = super().step(text)
+        return observation, reward, done, {**info, "subprocess_seconds": 0.25}
+
+
+def test_engine_sums_the_environments_subprocess_seconds(tiny):
+    config, params = tiny
+    engine = SlotEngine(config, TOK, lambda: _LakeWithSubprocess(style="compact"), ENGINE)
+    batch = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1], group_size=2)
+    stats = engine.stats
+    assert stats.env_steps == batch.num_turns.sum() > 0
+    assert stats.subprocess_seconds == pytest.approx(0.25 * stats.env_steps)
+    total = stats.host_seconds + stats.device_seconds
+    assert stats.metrics() == pytest.approx({
+        "rollout/host_share": stats.host_seconds / total,
+        "rollout/env_share": stats.env_seconds / total,
+        "rollout/subprocess_share": stats.subprocess_seconds / total})
+
+
 def test_episodes_do_not_depend_on_their_slot(tiny, batch_and_engine):
     """With 4 slots for 12 episodes (constant refilling and packing) every episode is identical
     to the run with a slot each: randomness is keyed by (episode, turn), not by slot."""

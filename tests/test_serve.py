@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 import urllib.error
 import urllib.request
 
@@ -24,6 +23,7 @@ from jaxtree import models
 from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment, default_config, set_path
 from jaxtree.policy import Policy
+from jaxtree.rollout.engine import RolloutStats
 from jaxtree.rollout.judge_http import COUNTS, HttpJudge, parse_score
 from jaxtree.rollout.scorers import JudgeConfig
 from jaxtree.rollout.strategies import build_strategy
@@ -214,7 +214,7 @@ class ScriptedEngineWithStats(ScriptedEngine):
     """test_patr's scripted engine (a scripted policy over real FrozenLake environments, no
     model) with the slot engine's `stats`, which `Patr.sample` reports."""
 
-    stats = types.SimpleNamespace(host_share=0.0)
+    stats = RolloutStats()
 
 
 def test_a_patr_rollout_goes_on_when_the_judge_misbehaves():

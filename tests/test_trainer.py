@@ -12,6 +12,7 @@ from ml_collections import config_flags
 from jaxtree.experiment import Experiment, rl_config, set_path, sibling_config
 from jaxtree.policy import load_policy
 from jaxtree import checkpoints
+from jaxtree.rollout.engine import TIMING_METRICS
 from jaxtree.train.metrics import read_metrics
 from toy_run import CONFIG_FILE, ROOT, toy_config
 
@@ -22,7 +23,7 @@ def _final_params(workdir):
 
 
 def _deterministic(records):
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "rollout/host_share"}
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in TIMING_METRICS}
             for r in records]
 
 

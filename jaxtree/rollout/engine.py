@@ -81,6 +81,11 @@ class SlotEpisode(Episode):
     action_logprobs: np.ndarray | None = None
 
 
+# The rollout metrics that are wall-clock measurements (RolloutStats.metrics): they differ between
+# two runs that are otherwise identical.
+TIMING_METRICS = ("rollout/host_share", "rollout/env_share", "rollout/subprocess_share")
+
+
 @dataclasses.dataclass
 class RolloutStats:
     """Where rollout time goes (seconds) and how much work was done."""
@@ -88,6 +93,9 @@ class RolloutStats:
     device_seconds: float = 0.0
     start_seconds: float = 0.0        # environment resets and first prompts
     env_seconds: float = 0.0          # per turn: detokenize, step and label, next observation
+    subprocess_seconds: float = 0.0   # of env_seconds: the environments' own subprocesses
+                                      # (their steps' info["subprocess_seconds"], e.g. mini-SWE's
+                                      # sandboxed test runs)
     other_host_seconds: float = 0.0
     turns: int = 0                    # engine turns (device calls)
     env_steps: int = 0                # environment steps over all episodes
@@ -104,6 +112,16 @@ class RolloutStats:
     def host_share(self) -> float:
         total = self.host_seconds + self.device_seconds
         return self.host_seconds / total if total else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """The shares of the engine's time (host + device, since the engine was built) spent on
+        the host, in environment steps, and in the environments' subprocesses: a rollout
+        strategy's `rollout/*` timing metrics."""
+        total = self.host_seconds + self.device_seconds
+        share = (lambda seconds: seconds / total) if total else (lambda seconds: 0.0)
+        return {"rollout/host_share": share(self.host_seconds),
+                "rollout/env_share": share(self.env_seconds),
+                "rollout/subprocess_share": share(self.subprocess_seconds)}
 
 
 class SlotEngine:
@@ -335,6 +353,7 @@ class SlotEngine:
             e.end(e.end_reason if over else TRUNCATED, context_full=True)
         self.stats.env_steps += 1
         self.stats.env_seconds += time.perf_counter() - start
+        self.stats.subprocess_seconds += float(e.info.get("subprocess_seconds") or 0.0)
         return e.finished
 
     # ------------------------------------------------------------------ slot management

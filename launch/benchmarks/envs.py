@@ -5,6 +5,11 @@ query is timed on its own. Clones are also timed against `copy.deepcopy` of the 
 baseline the explicit `_copy_state` implementations replace. Reported numbers are medians over all
 visited states (oracle and verifier caches start cold at every reset, as in training).
 
+Oracle play's throughput: environment steps per second over all timed steps (means, not
+medians: mini-SWE's test runs are a minority of its steps but most of its time) and the share of
+that time spent in the environment's subprocesses (`info["subprocess_seconds"]`: mini-SWE's
+sandboxed test runs; 0 for the others).
+
 Reference policies: the success rate of the oracle and of uniformly random legal actions over
 `policy_seeds` seeds (seeds 0..n-1).
 """
@@ -45,6 +50,7 @@ def measure(name: str, options: dict, episodes: int) -> dict:
     times: dict[str, list[float]] = {k: [] for k in
                                      ("reset", "step", "clone", "deepcopy", "verify", "oracle",
                                       "process_score")}
+    subprocess_seconds = 0.0
     env = environments.make(name, **options)
     for seed in range(episodes):
         t, _ = _timed(lambda: env.reset(seed))
@@ -57,8 +63,13 @@ def measure(name: str, options: dict, episodes: int) -> dict:
             times["clone"].append(_timed(env.clone)[0])
             times["deepcopy"].append(_timed(lambda: copy.deepcopy(env))[0])
             text = env.answer_text(action)
-            times["step"].append(_timed(lambda: env.step(text))[0])
+            t, (_, _, _, info) = _timed(lambda: env.step(text))
+            times["step"].append(t)
+            subprocess_seconds += float(info.get("subprocess_seconds") or 0.0)
     medians = {k: statistics.median(v) for k, v in times.items()}
+    step_seconds = sum(times["step"]) / 1e6
+    medians["turns_per_s"] = len(times["step"]) / step_seconds
+    medians["subprocess_share"] = subprocess_seconds / step_seconds
     medians["deepcopy_over_clone"] = medians["deepcopy"] / medians["clone"]
     medians["states"] = len(times["step"])
     return medians
@@ -89,13 +100,14 @@ def run(episodes: int, policy_seeds: int, output: str) -> None:
         results.append({"environment": name, "options": options, **m})
         rows.append([label, m["states"], m["reset"], m["step"], m["clone"], m["deepcopy"],
                      f"{m['deepcopy_over_clone']:.1f}x", m["verify"], m["oracle"],
-                     m["process_score"], f"{m['oracle_success']:.1%}",
-                     f"{m['random_success']:.1%}"])
+                     m["process_score"], m["turns_per_s"], f"{m['subprocess_share']:.0%}",
+                     f"{m['oracle_success']:.1%}", f"{m['random_success']:.1%}"])
         print(f"  {label}: done", flush=True)
     print(f"\nenvironments: median microseconds per call over the states of {episodes} "
           f"oracle-played episodes each; success rates over seeds 0-{policy_seeds - 1}")
     table = print_table(["environment", "states", "reset", "step", "clone", "deepcopy",
                          "deepcopy/clone", "verify", "oracle", "process_score",
-                         "oracle success", "random success"], rows)
+                         "oracle turns/s", "in subprocesses", "oracle success",
+                         "random success"], rows)
     write_json(output, {"benchmark": "envs", "episodes": episodes, "policy_seeds": policy_seeds,
                         "results": results, "table": table})

@@ -199,4 +199,4 @@ class Arpo:
         del step
         batch, metrics = sample_arpo(self.engine, params, share_key(rng, first_group), tasks,
                                      self.settings, self.vocab_size)
-        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
+        return batch, {**metrics, **self.engine.stats.metrics()}

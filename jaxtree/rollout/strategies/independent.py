@@ -47,4 +47,4 @@ class Independent:
         del step  # the same at every step
         batch = sample_independent(self.engine, params, rng, tasks, self.group_size,
                                    first_group=first_group)
-        return batch, {"rollout/host_share": self.engine.stats.host_share}
+        return batch, self.engine.stats.metrics()

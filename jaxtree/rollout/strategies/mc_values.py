@@ -128,4 +128,4 @@ class McValues:
         del step
         batch, metrics = sample_with_values(self.engine, params, share_key(rng, first_group),
                                             tasks, self.group_size, self.settings.continuations)
-        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
+        return batch, {**metrics, **self.engine.stats.metrics()}

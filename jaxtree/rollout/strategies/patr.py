@@ -230,4 +230,4 @@ class Patr:
         scorer_counts = scorer_metrics() if scorer_metrics is not None else {}
         metrics.update({f"patr/judge_{name}": float(count)
                         for name, count in scorer_counts.items()})
-        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
+        return batch, {**metrics, **self.engine.stats.metrics()}

@@ -252,7 +252,7 @@ class BestOfN:
         del step
         batch, metrics = sample_best_of_n(self.engine, params, rng, tasks, self.group_size,
                                           self.settings.candidates, first_group)
-        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
+        return batch, {**metrics, **self.engine.stats.metrics()}
 
 
 class _Search:
@@ -277,7 +277,7 @@ class _Search:
         del step
         batch, metrics = sample_beam(self.engine, params, share_key(rng, first_group), tasks,
                                      self.group_size, self.settings)
-        return batch, {**metrics, "rollout/host_share": self.engine.stats.host_share}
+        return batch, {**metrics, **self.engine.stats.metrics()}
 
 
 @STRATEGIES.register("beam", BeamConfig)

@@ -88,7 +88,8 @@ TIMING_METRICS = ("rollout/host_share", "rollout/env_share", "rollout/subprocess
 
 @dataclasses.dataclass
 class RolloutStats:
-    """Where rollout time goes (seconds) and how much work was done."""
+    """Where a rollout session's time goes (seconds) and how much work was done (reset by
+    `SlotEngine.begin`)."""
 
     device_seconds: float = 0.0
     start_seconds: float = 0.0        # environment resets and first prompts
@@ -114,9 +115,9 @@ class RolloutStats:
         return self.host_seconds / total if total else 0.0
 
     def metrics(self) -> dict[str, float]:
-        """The shares of the engine's time (host + device, since the engine was built) spent on
-        the host, in environment steps, and in the environments' subprocesses: a rollout
-        strategy's `rollout/*` timing metrics."""
+        """The shares of the engine's time in this rollout session (host + device since `begin`)
+        spent on the host, in environment steps, and in the environments' subprocesses: a
+        rollout strategy's `rollout/*` timing metrics."""
         total = self.host_seconds + self.device_seconds
         share = (lambda seconds: seconds / total) if total else (lambda seconds: 0.0)
         return {"rollout/host_share": share(self.host_seconds),

@@ -106,7 +106,9 @@ def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
     results = [_update_step(config, optimizer, LOSS, size, _state(params, optimizer), batch)
                for size in (1, 4, 8)]
     for state, metrics in results[1:]:
-        chex.assert_trees_all_close(state.params, results[0][0].params, atol=1e-6, rtol=0)
+        # equal up to float32 summation order: a few ulp of parameters of magnitude ~1 (one of
+        # 33,792 embedding entries differed by 1.07e-6 at 1.3 with this machine's packages)
+        chex.assert_trees_all_close(state.params, results[0][0].params, atol=1e-6, rtol=1e-6)
         for key in ("loss", "clip_fraction", "kl", "entropy", "grad_norm"):
             np.testing.assert_allclose(metrics[key], results[0][1][key], rtol=1e-5, atol=1e-7)
 

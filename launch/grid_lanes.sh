@@ -62,6 +62,11 @@ lane() {  # lane VARIANT SEED: one launch.compare on its own output directory
   PIDS+=($!)
   echo "grid_lanes.sh: lane $1 seed $2 started (log $dir/compare.log)"
 }
+running_lanes() {  # how many lanes are still running
+  local p n=0
+  for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+  echo "$n"
+}
 past_deadline() {
   [[ $DEADLINE_S -gt 0 && $(( $(date +%s) - START )) -ge $DEADLINE_S ]]
 }
@@ -95,9 +100,7 @@ if [[ ${#PENDING[@]} -gt 0 ]] && grep -q '^# warm start .*to build' <<<"$PLAN"; 
 fi
 MAX=${LANES:-${#PENDING[@]}}
 while [[ $NEXT -lt ${#PENDING[@]} ]]; do
-  running=0
-  for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
-  if [[ $running -lt $MAX ]]; then
+  if [[ $(running_lanes) -lt $MAX ]]; then
     lane ${PENDING[$NEXT]}
     NEXT=$((NEXT + 1))
   else
@@ -107,9 +110,7 @@ while [[ $NEXT -lt ${#PENDING[@]} ]]; do
 done
 status=0
 while true; do
-  running=0
-  for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
-  [[ $running -eq 0 ]] && break
+  [[ $(running_lanes) -eq 0 ]] && break
   if past_deadline; then stop_lanes; status=124; break; fi
   sleep "$POLL_S"
 done

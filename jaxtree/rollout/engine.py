@@ -119,7 +119,10 @@ class RolloutStats:
         spent on the host, in environment steps, and in the environments' subprocesses: a
         rollout strategy's `rollout/*` timing metrics."""
         total = self.host_seconds + self.device_seconds
-        share = (lambda seconds: seconds / total) if total else (lambda seconds: 0.0)
+
+        def share(seconds: float) -> float:
+            return seconds / total if total else 0.0
+
         return {"rollout/host_share": share(self.host_seconds),
                 "rollout/env_share": share(self.env_seconds),
                 "rollout/subprocess_share": share(self.subprocess_seconds)}

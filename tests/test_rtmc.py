@@ -239,6 +239,24 @@ def test_table_metrics_of_the_tree():
     assert alone["rtmc/repeated_visits"] == 0 and alone["rtmc/cluster_size_p90"] == 1
 
 
+def test_uniform_group_fraction_counts_the_groups_the_filter_zeroes():
+    # Groups: 7 mixed; 3 all-failure; 5 all-success once its failed row is invalid; 9 has no
+    # valid row (not counted); 4 has one valid row (uniform, as the table treats it).
+    success = np.array([1, 0, 0, 0, 1, 0, 1, 1], bool)
+    group_ids = np.array([7, 7, 3, 3, 5, 5, 9, 4])
+    valid = np.array([1, 1, 1, 1, 1, 0, 0, 1], bool)
+    assert rtmc.uniform_group_fraction(success, group_ids, valid) == pytest.approx(3 / 4)
+    assert rtmc.uniform_group_fraction(success, group_ids, np.ones(8, bool)) == pytest.approx(
+        3 / 5)
+    assert rtmc.uniform_group_fraction(success, group_ids, np.zeros(8, bool)) == 0.0
+    # The fraction is the share of groups whose rows the filter sets to 0.
+    for outcome in ((True, False), (False, False), (True, True)):
+        batch, rewards = tree_batch(success=outcome)
+        zeroed = not np.any(build_advantage(AdvantageStage(name="rtmc"))(batch, rewards))
+        assert rtmc.uniform_group_fraction(batch.success, batch.group_ids,
+                                           np.ones(2, bool)) == float(zeroed)
+
+
 def test_played_turn_without_signature_is_an_error():
     batch, _ = tree_batch()
     batch.state_signatures[1, 2] = None

@@ -11,7 +11,12 @@ beta = 0.05 (a test run that passes after an edit, once per edit: `validation_bo
 gamma = 0.99 for the step returns; RTMC pools the group's turns by RTMC §4's signatures
 (`env.options.action_signatures="rtmc"`: views by 100-line bucket, edits by a hash of range and
 text, test runs, submit; the state signature is the set of operations per file with the test
-flags) with its prior n_prior = 2. PATR starts 4 branches per task, scores them every K = 2 turns
+flags) with its prior n_prior = 2. RTMC §5.1 filters uniform-outcome groups for every method; here no
+rollout of the warm start succeeds, so that filter would zero every group of every method and
+nothing would train (`rtmc/uniform_group_fraction` logs the share it would drop). GRPO and
+GRPO + step train on every group, the format penalties of malformed commands being their only
+signal; RTMC does too (`drop_uniform_groups=False`), so the three differ in credit assignment
+only. PATR starts 4 branches per task, scores them every K = 2 turns
 with the environment's SWE heuristic (evidence before editing, targeted verification, repeats;
 PATR App. B), expands the top 2 into 2 children each and prunes below the median - 0.5 or after
 6 identical commands; GRPO samples 8 independent episodes per task. The rtmc/* metrics say how
@@ -33,7 +38,8 @@ def get_grid():
             "grpo_step": {"reward.terms": STEP_REWARDS, "advantage.name": "grpo_step",
                           "advantage.grpo_step.gamma": 0.99},
             "rtmc": {"reward.terms": STEP_REWARDS, "advantage.name": "rtmc",
-                     "env.options.action_signatures": "rtmc"},
+                     "env.options.action_signatures": "rtmc",
+                     "advantage.rtmc.drop_uniform_groups": False},
             "patr": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 4,
                      "rollout.patr.interval": 2},
         },

@@ -288,6 +288,26 @@ def table_metrics(state_ids: np.ndarray, action_ids: np.ndarray, valid: np.ndarr
     return metrics
 
 
+def uniform_group_fraction(success: np.ndarray, group_ids: np.ndarray,
+                           valid: np.ndarray) -> float:
+    """Share of the batch's groups whose valid rollouts all succeeded or all failed (a group
+    with one valid rollout counts as uniform, as in `rtmc_table_advantages`): the groups that
+    `drop_uniform_groups` (RTMC §5.1) gives advantage 0. Groups without a valid rollout are not
+    counted; 0.0 when no group has one.
+
+    Args:
+      success: bool[N]; group_ids: int[N]; valid: bool[N].
+    """
+    success, valid = np.asarray(success, bool), np.asarray(valid, bool)
+    groups = np.asarray(group_ids)[valid]
+    if groups.size == 0:
+        return 0.0
+    _, inverse = np.unique(groups, return_inverse=True)
+    members = np.bincount(inverse)
+    wins = np.bincount(inverse, weights=success[valid].astype(np.float64))
+    return float(np.mean((wins == 0) | (wins == members)))
+
+
 # ---------------------------------------------------------------------------------------------
 # The registered advantage function.
 
@@ -330,6 +350,8 @@ def rtmc(settings: RtmcConfig):
 
     def metrics(batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
         del rewards
-        return table_metrics(*signature_ids(batch), valid, batch.num_turns)
+        return {**table_metrics(*signature_ids(batch), valid, batch.num_turns),
+                "rtmc/uniform_group_fraction": uniform_group_fraction(batch.success,
+                                                                      batch.group_ids, valid)}
     fn.metrics = metrics
     return fn

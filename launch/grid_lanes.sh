@@ -14,8 +14,10 @@
 # DEADLINE_S (seconds from the start, 0 = none): the lanes then get SIGTERM, which launch.train
 # answers by saving a checkpoint; running the same command again resumes them.
 #
-# Environment: PYTHON (default python); LANES (most lanes at once, default: all); POLL_S (how
-# often the lanes are looked at, default 5 seconds);
+# Environment: PYTHON (default python); LANES (most lanes at once, default: all); PIN=1 runs each
+# lane on a CPU of its own (`taskset -c`; at most one lane per CPU the script may use: two lanes'
+# update steps on two cores ran 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
+# lanes are looked at, default 5 seconds);
 # XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU.
 set -uo pipefail
 
@@ -28,6 +30,7 @@ OUT=$2
 DEADLINE_S=${3:-0}
 PYTHON=${PYTHON:-python}
 POLL_S=${POLL_S:-5}
+PIN=${PIN:-0}
 export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 START=$(date +%s)
 mkdir -p "$OUT/lanes" "$OUT/runs" "$OUT/warm_starts" "$OUT/artifacts" || exit 2
@@ -50,17 +53,46 @@ mapfile -t PENDING < <(sed -n '/: finished/!s/^# variant=\([^ ]*\) seed=\([0-9]*
                        <<<"$PLAN")
 echo "grid_lanes.sh: ${#PENDING[@]} runs to go"
 
+cpu_list() {  # the CPUs this script may run on, one per line ("0-3,6" -> 0 1 2 3 6)
+  local part parts
+  IFS=, read -ra parts <<<"$(taskset -pc $$ | sed 's/.*: *//')"
+  for part in "${parts[@]}"; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}
+CPUS=()
+if [[ $PIN == 1 ]]; then
+  command -v taskset > /dev/null || { echo "grid_lanes.sh: PIN=1 needs taskset" >&2; exit 2; }
+  mapfile -t CPUS < <(cpu_list)
+fi
+
 PIDS=()
+LANE_CPUS=()  # with PIN=1, the CPU of each lane in PIDS
+free_cpu() {  # a CPU that no running lane holds
+  local c i held
+  for c in "${CPUS[@]}"; do
+    held=0
+    for i in "${!PIDS[@]}"; do
+      [[ ${LANE_CPUS[$i]} == "$c" ]] && kill -0 "${PIDS[$i]}" 2>/dev/null && held=1
+    done
+    [[ $held == 0 ]] && { echo "$c"; return; }
+  done
+}
 lane() {  # lane VARIANT SEED: one launch.compare on its own output directory
-  local dir="$OUT/lanes/$1_seed$2"
+  local dir="$OUT/lanes/$1_seed$2" cpu="" pin=()
   mkdir -p "$dir"
   ln -sfn "$(realpath "$OUT/runs")" "$dir/runs"
   ln -sfn "$(realpath "$OUT/warm_starts")" "$dir/warm_starts"
   ln -sfn "$(realpath "$OUT/artifacts")" "$dir/artifacts"
-  "$PYTHON" -m launch.compare --grid="$GRID" --out="$dir" --only="$1" --seeds="$2" \
+  if [[ $PIN == 1 ]]; then
+    cpu=$(free_cpu)
+    pin=(taskset -c "$cpu")
+  fi
+  "${pin[@]}" "$PYTHON" -m launch.compare --grid="$GRID" --out="$dir" --only="$1" --seeds="$2" \
     > "$dir/compare.log" 2>&1 &
   PIDS+=($!)
-  echo "grid_lanes.sh: lane $1 seed $2 started (log $dir/compare.log)"
+  LANE_CPUS+=("$cpu")
+  echo "grid_lanes.sh: lane $1 seed $2 started${cpu:+ on CPU $cpu} (log $dir/compare.log)"
 }
 running_lanes() {  # how many lanes are still running
   local p n=0
@@ -99,6 +131,7 @@ if [[ ${#PENDING[@]} -gt 0 ]] && grep -q '^# warm start .*to build' <<<"$PLAN"; 
   done
 fi
 MAX=${LANES:-${#PENDING[@]}}
+[[ $PIN == 1 && $MAX -gt ${#CPUS[@]} ]] && MAX=${#CPUS[@]}
 while [[ $NEXT -lt ${#PENDING[@]} ]]; do
   if [[ $(running_lanes) -lt $MAX ]]; then
     lane ${PENDING[$NEXT]}

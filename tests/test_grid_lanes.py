@@ -53,7 +53,8 @@ STUB = textwrap.dedent('''\
         event(kind="aggregate", out=out)
         sys.exit(0)
     v, s = args["only"], args["seeds"]
-    event(kind="start", variant=v, seed=s, warm_built=all(built(k) for k in plan["warm_starts"]))
+    event(kind="start", variant=v, seed=s, warm_built=all(built(k) for k in plan["warm_starts"]),
+          cpus=sorted(os.sched_getaffinity(0)))
     for key in plan["warm_starts"]:
         if not built(key):
             time.sleep(0.5)
@@ -66,13 +67,15 @@ STUB = textwrap.dedent('''\
             sys.exit(130)
         signal.signal(signal.SIGTERM, stop)
         time.sleep(60)
+    if v == "nap":
+        time.sleep(1.0)
     os.makedirs(os.path.join(out, "runs", v, "seed_" + s), exist_ok=True)
     open(os.path.join(out, "runs", v, "seed_" + s, "done"), "w").close()
     event(kind="done", variant=v, seed=s)
 ''')
 
 
-def run_lanes(tmp_path, plan, *args, lanes=None):
+def run_lanes(tmp_path, plan, *args, lanes=None, pin=False):
     stub = tmp_path / "stub_python"
     stub.write_text(STUB.format(python=sys.executable))
     stub.chmod(0o755)
@@ -81,6 +84,8 @@ def run_lanes(tmp_path, plan, *args, lanes=None):
            "STUB_EVENTS": str(tmp_path / "events.jsonl")}
     if lanes is not None:
         env["LANES"] = str(lanes)
+    if pin:
+        env["PIN"] = "1"
     out = tmp_path / "out"
     done = subprocess.run(["bash", SCRIPT, "grid.py", str(out), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -119,6 +124,26 @@ def test_lanes_run_at_once_up_to_the_limit(tmp_path):
     order = [(e["kind"], e["seed"]) for e in events if e["kind"] in ("start", "done")]
     assert order == [("start", "0"), ("done", "0"), ("start", "1"), ("done", "1"),
                      ("start", "2"), ("done", "2")]
+
+
+def test_pinned_lanes_each_get_a_cpu_no_running_lane_holds(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    runs = [["nap", str(s)] for s in range(len(cpus) + 1)]
+    done, events, _ = run_lanes(tmp_path, {"warm_starts": [], "runs": runs}, pin=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    starts = {e["seed"]: e for e in events if e["kind"] == "start"}
+    ends = {e["seed"]: e["t"] for e in events if e["kind"] == "done"}
+    assert sorted(starts) == sorted(s for _, s in runs)
+    for e in starts.values():
+        assert len(e["cpus"]) == 1 and e["cpus"][0] in cpus
+    # Lanes that ran at the same time ran on different CPUs, so at most one per CPU ran at once.
+    for a in starts:
+        for b in starts:
+            overlap = a < b and starts[a]["t"] < ends[b] and starts[b]["t"] < ends[a]
+            assert not (overlap and starts[a]["cpus"] == starts[b]["cpus"]), (a, b)
+    at_once = max(sum(starts[s]["t"] <= starts[r]["t"] < ends[s] for s in starts) for r in starts)
+    assert at_once <= len(cpus)
+    assert f"on CPU {starts['0']['cpus'][0]}" in done.stdout
 
 
 def test_deadline_stops_the_lanes_with_sigterm_and_still_aggregates(tmp_path):

@@ -15,8 +15,9 @@
 # answers by saving a checkpoint; running the same command again resumes them.
 #
 # Environment: PYTHON (default python); LANES (most lanes at once, default: all); PIN=1 runs each
-# lane on a CPU of its own (`taskset -c`; at most one lane per CPU the script may use: two lanes'
-# update steps on two cores ran 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
+# lane on a CPU of its own (`taskset -c`; at most one lane per CPU the script may use; the warm
+# start builds on every CPU, then its lane is pinned: two lanes' update steps on two cores ran
+# 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
 # lanes are looked at, default 5 seconds);
 # XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU.
 set -uo pipefail
@@ -86,13 +87,19 @@ lane() {  # lane VARIANT SEED: one launch.compare on its own output directory
   ln -sfn "$(realpath "$OUT/artifacts")" "$dir/artifacts"
   if [[ $PIN == 1 ]]; then
     cpu=$(free_cpu)
-    pin=(taskset -c "$cpu")
+    # The lane that builds the warm start has every CPU until it is built (pin_tree below).
+    [[ $WARMING == 1 ]] || pin=(taskset -c "$cpu")
   fi
   "${pin[@]}" "$PYTHON" -m launch.compare --grid="$GRID" --out="$dir" --only="$1" --seeds="$2" \
     > "$dir/compare.log" 2>&1 &
   PIDS+=($!)
   LANE_CPUS+=("$cpu")
   echo "grid_lanes.sh: lane $1 seed $2 started${cpu:+ on CPU $cpu} (log $dir/compare.log)"
+}
+pin_tree() {  # pin_tree PID CPU: the process, its threads and its descendants onto CPU
+  local child
+  taskset -a -pc "$2" "$1" > /dev/null 2>&1
+  for child in $(pgrep -P "$1"); do pin_tree "$child" "$2"; done
 }
 running_lanes() {  # how many lanes are still running
   local p n=0
@@ -119,7 +126,9 @@ warm_built() {  # the only warm start, if any, is complete
 }
 
 NEXT=0
+WARMING=0
 if [[ ${#PENDING[@]} -gt 0 ]] && grep -q '^# warm start .*to build' <<<"$PLAN"; then
+  WARMING=1
   lane ${PENDING[0]}
   NEXT=1
   until warm_built; do
@@ -129,6 +138,8 @@ if [[ ${#PENDING[@]} -gt 0 ]] && grep -q '^# warm start .*to build' <<<"$PLAN"; 
     past_deadline && { stop_lanes; exit 124; }
     sleep "$POLL_S"
   done
+  WARMING=0
+  [[ $PIN == 1 ]] && pin_tree "${PIDS[0]}" "${LANE_CPUS[0]}"
 fi
 MAX=${LANES:-${#PENDING[@]}}
 [[ $PIN == 1 && $MAX -gt ${#CPUS[@]} ]] && MAX=${#CPUS[@]}

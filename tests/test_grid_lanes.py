@@ -71,7 +71,7 @@ STUB = textwrap.dedent('''\
         time.sleep(1.0)
     os.makedirs(os.path.join(out, "runs", v, "seed_" + s), exist_ok=True)
     open(os.path.join(out, "runs", v, "seed_" + s, "done"), "w").close()
-    event(kind="done", variant=v, seed=s)
+    event(kind="done", variant=v, seed=s, cpus=sorted(os.sched_getaffinity(0)))
 ''')
 
 
@@ -144,6 +144,19 @@ def test_pinned_lanes_each_get_a_cpu_no_running_lane_holds(tmp_path):
     at_once = max(sum(starts[s]["t"] <= starts[r]["t"] < ends[s] for s in starts) for r in starts)
     assert at_once <= len(cpus)
     assert f"on CPU {starts['0']['cpus'][0]}" in done.stdout
+
+
+def test_pinned_warm_start_builds_on_every_cpu_then_its_lane_is_pinned(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    runs = [["nap", str(s)] for s in range(len(cpus))]
+    done, events, _ = run_lanes(tmp_path, {"warm_starts": ["k1"], "runs": runs}, pin=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = [e for e in events if e["kind"] in ("start", "done") and e["seed"] == "0"]
+    assert [e["kind"] for e in first] == ["start", "done"]
+    assert first[0]["cpus"] == cpus, "the warm start is built on every CPU"
+    assert len(first[1]["cpus"]) == 1, "then the lane holds one CPU"
+    others = [e for e in events if e["kind"] == "start" and e["seed"] != "0"]
+    assert all(len(e["cpus"]) == 1 and e["cpus"] != first[1]["cpus"] for e in others)
 
 
 def test_deadline_stops_the_lanes_with_sigterm_and_still_aggregates(tmp_path):

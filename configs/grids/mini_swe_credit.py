@@ -47,4 +47,5 @@ def get_grid():
         "warm_start": {},
         "seeds": (0, 1, 2),
         "metrics": ("eval/success_rate", "eval/pass@2", "eval/mean_turns", "eval/invalid_rate"),
+        "lower_is_better": ("eval/invalid_rate",),
     }

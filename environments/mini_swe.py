@@ -12,7 +12,10 @@ two-file task with probability `two_file`), a mutation operator (uniformly among
 operator's valid mutations, mini_swe_tasks.valid_mutations). The same seed always gives the same
 task. `split="train"` (default) draws from the training modules, `split="test"` from the fixed
 held-out ones (mini_swe_tasks.SPLITS; configure evaluations with `env.eval_options:
-{split: test}`). `module=` pins one module (tests, demos).
+{split: test}`). `module=` pins one module (tests, demos). `task_dir=` draws from tasks of your
+own code instead of the bank: one subdirectory per task with its Python files, one visible
+`test_*.py` file and an optional `task.json` (main module, bug target, hidden cases, split;
+mini_swe_tasks.load_task); the same mutation operators plant the bug.
 
 Actions (one per turn; chat style wraps them in <answer></answer>, compact style writes them bare)
   view FILE [START END]   FILE with line numbers, or lines START..END (END may pass the end);
@@ -239,6 +242,13 @@ class _RunCache:
 _RUNS = _RunCache()
 
 
+@functools.lru_cache(maxsize=16)
+def _task_directory(path: str) -> dict[str, tuple[tasks.Task, ...]]:
+    """A task directory's tasks, read and checked once per process (every environment of a run
+    shares them)."""
+    return tasks.load_task_directory(path)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Turn:
     """What process_score reads of one turn."""
@@ -269,7 +279,7 @@ class MiniSWE(TextEnv):
                  module: str | None = None, max_output_chars: int = 2000,
                  time_limit: float = 10.0, cpu_limit: int = 3, memory_mb: int = 512,
                  strict_sandbox: bool = True, cache_runs: bool = True,
-                 action_signatures: str = "text"):
+                 action_signatures: str = "text", task_dir: str | None = None):
         super().__init__(style=style, max_steps=max_steps, format_penalty=format_penalty)
         if split not in tasks.SPLITS:
             raise ValueError(f"split={split!r}: expected one of {sorted(tasks.SPLITS)}")
@@ -281,8 +291,19 @@ class MiniSWE(TextEnv):
         if unknown or not operators:
             raise ValueError(f"operators={operators!r}: expected a non-empty subset of "
                              f"{tasks.OPERATORS}")
-        if module is not None and module not in tasks.TASKS:
-            raise ValueError(f"module={module!r}: expected one of {sorted(tasks.TASKS)}")
+        # Tasks of your own code (tasks.load_task); the bank otherwise.
+        self._own: dict[str, tasks.Task] | None = None
+        if task_dir is not None:
+            if two_file:
+                raise ValueError(f"two_file={two_file!r}: chooses among the built-in bank; "
+                                 "with task_dir every task of the split is drawn alike")
+            by_split = _task_directory(os.path.abspath(task_dir))
+            self._own = {t.name: t for t in by_split[split]}
+            if not self._own:
+                raise ValueError(f"task_dir={task_dir!r} has no task of split={split!r}")
+        known = tasks.TASKS if self._own is None else self._own
+        if module is not None and module not in known:
+            raise ValueError(f"module={module!r}: expected one of {sorted(known)}")
         if action_signatures not in ("text", "rtmc"):
             raise ValueError(f"action_signatures={action_signatures!r}: expected 'text' or "
                              "'rtmc'")
@@ -350,14 +371,17 @@ class MiniSWE(TextEnv):
 
     def _draw_task(self):
         singles, pairs = tasks.SPLITS[self.split]
+        known = tasks.TASKS if self._own is None else self._own
         if self.module is not None:
             pool = (self.module,)
+        elif self._own is not None:
+            pool = tuple(self._own)
         elif self.two_file >= 1.0 or (self.two_file > 0.0 and self.rng.random() < self.two_file):
             pool = pairs
         else:
             pool = singles
         for _ in range(1000):
-            task = tasks.TASKS[pool[int(self.rng.integers(len(pool)))]]
+            task = known[pool[int(self.rng.integers(len(pool)))]]
             available = tasks.by_operator(task)
             operators = [op for op in self.operators if op in available]
             if operators:
@@ -761,8 +785,8 @@ class MiniSWE(TextEnv):
         if self.cache_runs:
             digest = hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest()
             sandbox = self.sandbox
-            key = (digest, select, hidden and task.name, sandbox.cpu_limit, sandbox.memory_mb,
-                   sandbox.strict, sandbox.time_limit)
+            key = (digest, select, hidden and (task.name, repr(task.hidden)), sandbox.cpu_limit,
+                   sandbox.memory_mb, sandbox.strict, sandbox.time_limit)
             cached = _RUNS.get(key)
             if cached is not None:
                 return cached, 0.0

@@ -41,6 +41,7 @@ import copy
 import dataclasses
 import functools
 import json
+import os
 import sys
 import threading
 import types
@@ -2242,6 +2243,129 @@ SPLITS = {
 }
 TASKS: dict[str, Task] = {**SINGLE, **PAIRS}
 
+# ---------------------------------------------------------------------- tasks from a directory
+
+#: Optional per-task settings in a task directory (load_task_directory).
+TASK_FILE = "task.json"
+
+
+def _task_error(path: str, message: str) -> ValueError:
+    return ValueError(f"mini-SWE task directory {path}: {message}")
+
+
+def load_task(path: str) -> tuple[Task, str]:
+    """One task from a directory of your own code: its `*.py` files (flat, no packages), exactly
+    one visible test file `test_*.py` of assert-style test functions, and optionally `task.json`:
+
+        {"main": "<module the tests import>", "target": "<file the bug goes into>",
+         "hidden": [["<function of main>", [args...], expected], ...], "split": "train"}
+
+    With one source file it is both main and target; hidden cases default to none (then `submit`
+    runs the visible tests only) and the split to "train". Hidden values must be literals (JSON
+    values). The unmodified code must pass its visible tests and hidden cases (checked in this
+    process, as for the bank's modules). Returns (task, split); ValueError naming the directory
+    and the problem otherwise."""
+    path = os.path.abspath(path)
+    name = os.path.basename(path.rstrip(os.sep))
+    if not os.path.isdir(path):
+        raise _task_error(path, "not a directory")
+    if name in TASKS:
+        raise _task_error(path, f"the name {name!r} is a built-in module's; rename the directory")
+    settings = {}
+    settings_path = os.path.join(path, TASK_FILE)
+    if os.path.exists(settings_path):
+        try:
+            with open(settings_path, encoding="utf-8") as f:
+                settings = json.load(f)
+        except (OSError, ValueError) as e:
+            raise _task_error(path, f"{TASK_FILE} does not parse: {e}") from None
+        if not isinstance(settings, dict):
+            raise _task_error(path, f"{TASK_FILE} must hold a JSON object")
+        unknown = sorted(set(settings) - {"main", "target", "hidden", "split"})
+        if unknown:
+            raise _task_error(path, f"{TASK_FILE} has unknown fields {unknown}")
+    names = sorted(n for n in os.listdir(path)
+                   if n.endswith(".py") and os.path.isfile(os.path.join(path, n)))
+    test_files = [n for n in names if n.startswith("test_")]
+    sources = [n for n in names if not n.startswith("test_")]
+    if len(test_files) != 1:
+        raise _task_error(path, f"expected exactly one test_*.py file, found {test_files}")
+    if not sources:
+        raise _task_error(path, "no source file (*.py other than the test file)")
+    files = {}
+    for n in names:
+        try:
+            with open(os.path.join(path, n), encoding="utf-8") as f:
+                files[n] = _dedent(f.read())
+            ast.parse(files[n], n)
+        except (OSError, UnicodeDecodeError, SyntaxError) as e:
+            raise _task_error(path, f"{n}: {e}") from None
+    default = sources[0][:-3] if len(sources) == 1 else None
+    main = settings.get("main", default)
+    if main is None or f"{main}.py" not in sources:
+        raise _task_error(path, f"main={main!r}: name the module the tests import, one of "
+                                f"{[n[:-3] for n in sources]} (in {TASK_FILE})")
+    target = settings.get("target", f"{main}.py")
+    if target not in sources:
+        raise _task_error(path, f"target={target!r}: expected one of {sources}")
+    split = settings.get("split", "train")
+    if split not in ("train", "test"):
+        raise _task_error(path, f"split={split!r}: expected 'train' or 'test'")
+    hidden = []
+    for case in settings.get("hidden", []):
+        if not (isinstance(case, list) and len(case) == 3 and isinstance(case[0], str)
+                and isinstance(case[1], list)):
+            raise _task_error(path, f"hidden case {case!r}: expected [function, [args...], "
+                                    "expected]")
+        hidden.append((case[0], tuple(case[1]), case[2]))
+    ordered = tuple((n, files[n]) for n in _import_order(path, {n: files[n] for n in sources}))
+    ordered += ((test_files[0], files[test_files[0]]),)
+    task = Task(name, ordered, main, target, test_files[0], tuple(hidden), len(sources) > 1)
+    outcome = run_in_process(task, task.sources, hidden=True)
+    if outcome.looped or outcome.failed or outcome.hidden_failed:
+        raise _task_error(path, "the unmodified code must pass its tests: "
+                                f"failed {list(outcome.failed)}, {outcome.hidden_failed} hidden "
+                                f"case(s) failed{', ran too long' if outcome.looped else ''}")
+    return task, split
+
+
+def _import_order(path: str, sources: dict[str, str]) -> list[str]:
+    """The source files ordered so that each comes after the sibling modules it imports (tests
+    load them in this order); ValueError on an import cycle."""
+    stems = {n[:-3] for n in sources}
+    needs = {}
+    for n, text in sources.items():
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+        needs[n] = {f"{m}.py" for m in imported & stems} - {n}
+    order: list[str] = []
+    while len(order) < len(sources):
+        ready = [n for n in sorted(sources) if n not in order and needs[n] <= set(order)]
+        if not ready:
+            cycle = sorted(n for n in sources if n not in order)
+            raise _task_error(path, f"import cycle among {cycle}")
+        order.extend(ready)
+    return order
+
+
+def load_task_directory(path: str) -> dict[str, tuple[Task, ...]]:
+    """Every task under `path` (one subdirectory each, `load_task`), by split:
+    {"train": (...), "test": (...)}. ValueError when there is none or one is malformed."""
+    if not os.path.isdir(path):
+        raise ValueError(f"mini-SWE task directory {path}: not a directory")
+    out: dict[str, list[Task]] = {"train": [], "test": []}
+    for entry in sorted(os.listdir(path)):
+        if os.path.isdir(os.path.join(path, entry)) and not entry.startswith((".", "_")):
+            task, split = load_task(os.path.join(path, entry))
+            out[split].append(task)
+    if not out["train"] and not out["test"]:
+        raise ValueError(f"mini-SWE task directory {path}: no task subdirectory")
+    return {k: tuple(v) for k, v in out.items()}
+
 # ---------------------------------------------------------------------- mutations
 
 OPERATORS = ("off_by_one", "flipped_comparison", "wrong_operator", "swapped_arguments",
@@ -2525,9 +2649,9 @@ def _compiled(source: str, filename: str):
 
 def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) -> Outcome:
     """Runs the task's visible test functions (and with `hidden`, its hidden cases) against
-    `sources` (file name -> source) in this process, with a line-event budget. Only for the
-    bank's own modules and their mutants (trusted code): model-written code runs in the
-    sandbox."""
+    `sources` (file name -> source) in this process, with a line-event budget. Only for
+    trusted code, the bank's modules, a user's own task directories (load_task) and their
+    mutants: model-written code runs in the sandbox."""
     passed, failed, hidden_failed, looped = [], [], 0, False
     names = [name for name in task.source_files]
     with _RUN_LOCK:
@@ -2545,7 +2669,7 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
         try:
             modules = {}
             try:
-                for name in names:  # helper first: the main module imports it
+                for name in names:  # imported modules first (helper, then main)
                     module = types.ModuleType(name[:-3])
                     module.__file__ = name
                     sys.modules[name[:-3]] = module
@@ -2590,18 +2714,19 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
     return Outcome(tuple(passed), tuple(failed), hidden_failed, looped)
 
 
-_VALID: dict[str, tuple[tuple[Mutation, tuple[str, ...]], ...]] = {}
+_VALID: dict[tuple, tuple[tuple[Mutation, tuple[str, ...]], ...]] = {}
 _VALID_LOCK = threading.Lock()
 
 
 def valid_mutations(task: Task) -> tuple[tuple[Mutation, tuple[str, ...]], ...]:
     """The task's kept mutations (module docstring) with the visible tests each makes fail, in a
     fixed order; computed once per task and process."""
-    if task.name in _VALID:
-        return _VALID[task.name]
+    key = (task.name, task.files, task.target)
+    if key in _VALID:
+        return _VALID[key]
     with _VALID_LOCK:
-        if task.name in _VALID:
-            return _VALID[task.name]
+        if key in _VALID:
+            return _VALID[key]
         source = task.sources[task.target]
         original = ast.dump(ast.parse(source))
         kept = []
@@ -2620,8 +2745,8 @@ def valid_mutations(task: Task) -> tuple[tuple[Mutation, tuple[str, ...]], ...]:
             if outcome.looped or not outcome.failed:
                 continue
             kept.append((mutation, outcome.failed))
-        _VALID[task.name] = tuple(kept)
-        return _VALID[task.name]
+        _VALID[key] = tuple(kept)
+        return _VALID[key]
 
 
 def by_operator(task: Task) -> dict[str, list[tuple[Mutation, tuple[str, ...]]]]:

@@ -6,6 +6,7 @@ at real host paths.
 """
 
 import gc
+import json
 import os
 import re
 import shutil
@@ -767,3 +768,85 @@ def test_options_and_registration():
     env = make(module="rpn")
     env.reset(0)
     assert env.task.two_file and env.mutation.path == "stackops.py"
+
+
+# ---------------------------------------------------------------------- tasks of your own code
+
+OWN_HELPER = '''
+"""Unit prices."""
+
+
+def unit_price(total, count):
+    if count <= 0:
+        return 0
+    return total // count
+'''
+
+OWN_MAIN = '''
+"""Cheapest offer."""
+from unitprice import unit_price
+
+
+def cheapest(offers):
+    best = None
+    for name, total, count in offers:
+        price = unit_price(total, count)
+        if best is None or price < best[1]:
+            best = (name, price)
+    return best[0]
+'''
+
+OWN_TESTS = '''
+from shop import cheapest
+
+
+def test_cheapest():
+    assert cheapest([("a", 10, 2), ("b", 9, 3)]) == "b"
+    assert cheapest([("a", 4, 4), ("b", 9, 3), ("c", 0, 0)]) == "c"
+'''
+
+
+def _own_task(root, name, split="test", main=OWN_MAIN):
+    """A two-file task directory: the bug goes into the helper the tested module imports (named
+    to sort after it, so the modules load in import order, not by name)."""
+    path = Path(root, name)
+    path.mkdir()
+    (path / "unitprice.py").write_text(textwrap.dedent(OWN_HELPER))
+    (path / "shop.py").write_text(textwrap.dedent(main))
+    (path / "test_shop.py").write_text(textwrap.dedent(OWN_TESTS))
+    (path / "task.json").write_text(json.dumps({"main": "shop", "target": "unitprice.py",
+                                                "hidden": [["cheapest", [[["x", 8, 4]]], "x"]],
+                                                "split": split}))
+    return path
+
+
+def test_tasks_of_your_own_code_are_mutated_and_repaired_by_the_oracle(tmp_path):
+    _own_task(tmp_path, "shop_task")
+    env = make(task_dir=str(tmp_path), split="test")
+    for seed in range(4):
+        env.reset(seed)
+        assert env.task.name == "shop_task" and env.task.two_file
+        assert env.mutation.path == "unitprice.py"
+        infos = oracle_play(env)
+        assert infos[-1]["success"] and env.total_reward > 0, (seed, env.mutation)
+    # the bank is not drawn from, and its options keep their meaning
+    with pytest.raises(ValueError, match="no task of split"):
+        make(task_dir=str(tmp_path), split="train")
+    with pytest.raises(ValueError, match="two_file"):
+        make(task_dir=str(tmp_path), split="test", two_file=0.5)
+
+
+def test_a_malformed_task_directory_is_refused_naming_the_problem(tmp_path):
+    broken = "def cheapest(offers):\n    return offers[0][0]\n"
+    _own_task(tmp_path, "fails_its_tests", main=broken)
+    with pytest.raises(ValueError, match="fails_its_tests: the unmodified code must pass"):
+        make(task_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="not a directory"):
+        make(task_dir=str(tmp_path / "missing"))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.py").write_text("X = 1\n")
+    with pytest.raises(ValueError, match="exactly one test_"):
+        tasks.load_task(str(other))
+    with pytest.raises(ValueError, match="built-in"):
+        tasks.load_task(str(_own_task(other, "wordwrap")))

@@ -7,6 +7,8 @@
     python -m launch.benchmark train --models=tiny,small-25m --micro_batches=8,32
     python -m launch.benchmark train --models=smollm2-135m-instruct --train_rows=1 \
         --seq_len=1024 --micro_batches=1 --memory_modes=none,remat,chunk:256,remat+chunk:256
+    python -m launch.benchmark update_lengths --models=tiny --train_rows=64 --long_rows=1 \
+        --seq_len=1024 --short_len=256 --micro_batches=8
     python -m launch.benchmark latr --lengths=128,256 --prompts=8,32
     python -m launch.benchmark credit --rows=4096 --turns=16
     python -m launch.benchmark mc_values --policy=/tmp/tictactoe_sft --env=tictactoe --continuations=4
@@ -24,7 +26,7 @@ from absl import flags
 
 from launch.common import fail, run_app
 
-_BENCHMARKS = ("sampler", "envs", "rollout", "train", "latr", "credit", "mc_values", "trees")
+_BENCHMARKS = ("sampler", "envs", "rollout", "train", "update_lengths", "latr", "credit", "mc_values", "trees")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"],
                             "Model presets (random init) or policies to benchmark, e.g. "
@@ -56,6 +58,9 @@ _MEMORY_MODES = flags.DEFINE_list("memory_modes", ["none"],
                                   "remat+chunk:N); the first is the baseline.")
 _FLOPS = flags.DEFINE_boolean("flops", True, "train: also count the step's FLOPs (one more "
                               "compilation, of the whole minibatch in one micro-batch).")
+_LONG_ROWS = flags.DEFINE_integer("long_rows", 1, "update_lengths: rows --seq_len wide; the "
+                                  "others are --short_len wide.")
+_SHORT_LEN = flags.DEFINE_integer("short_len", 256, "update_lengths: tokens of the short rows.")
 _LENGTHS = flags.DEFINE_list("lengths", ["128", "256"], "latr: tokens per rollout.")
 _PROMPTS = flags.DEFINE_list("prompts", ["8", "32"], "latr: prompt groups.")
 _K = flags.DEFINE_integer("k", 8, "latr: rollouts per prompt.")
@@ -122,6 +127,16 @@ def main(argv):
         train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
                   [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output,
                   memory_modes=tuple(_MEMORY_MODES.value), with_flops=_FLOPS.value)
+    elif name == "update_lengths":
+        from launch.benchmarks import train  # noqa: PLC0415
+
+        if not 0 <= _LONG_ROWS.value <= _TRAIN_ROWS.value:
+            fail(f"--long_rows={_LONG_ROWS.value}: expected 0..--train_rows={_TRAIN_ROWS.value}")
+        if not 2 <= _SHORT_LEN.value <= _SEQ_LEN.value:
+            fail(f"--short_len={_SHORT_LEN.value}: expected 2..--seq_len={_SEQ_LEN.value}")
+        train.run_lengths(list(_MODELS.value), _TRAIN_ROWS.value, _LONG_ROWS.value,
+                          _SEQ_LEN.value, _SHORT_LEN.value,
+                          [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output)
     elif name == "latr":
         from launch.benchmarks import latr  # noqa: PLC0415
 

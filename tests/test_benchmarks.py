@@ -111,6 +111,18 @@ def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, c
     assert "| rtmc total (host + device)" in out and "| mc_values m=3" in out
 
 
+def test_update_lengths_benchmark_compares_fused_and_by_length(tmp_path, capsys):
+    from launch.benchmarks import train
+    train.run_lengths(["tiny"], rows=4, long_rows=1, seq_len=32, short_len=8, micro_batches=[2],
+                      repeats=1, output=str(tmp_path / "lengths.json"), width_multiple=8)
+    (result,) = json.loads((tmp_path / "lengths.json").read_text())["results"]
+    # one micro-batch 32 wide and one 8 wide, against two 32 wide
+    assert (result["columns_fused"], result["columns_by_length"]) == (128, 80)
+    assert result["max_param_difference"] < 1e-5  # both ways compute one update
+    assert result["fused_seconds"] > 0 and result["by_length_seconds"] > 0
+    assert "| tiny  | 2           |" in capsys.readouterr().out
+
+
 def test_train_benchmark_compares_memory_modes(tmp_path, capsys):
     from launch.benchmarks import train
     train.run(["tiny"], rows=4, seq_len=16, micro_batches=[4], repeats=1,

@@ -14,7 +14,8 @@ One training step:
      advantages;
   3. the frozen reference policy's log-probs (KL penalty, and the KL diagnostic);
   4. `train.epochs` passes over the batch in `train.num_minibatches` shuffled minibatches, one
-     optimizer step each (clipped surrogate, micro-batch accumulation, sharded over the mesh);
+     optimizer step each (clipped surrogate, micro-batches grouped by length and accumulated,
+     sharded over the mesh);
   5. metrics to JSONL / TensorBoard; held-out evaluation every `eval.every` steps; a checkpoint
      every `checkpoint.every` steps, at the end, and when SIGTERM arrives.
 
@@ -58,7 +59,7 @@ from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
 from jaxtree.train.shares import plays_shares, sample_round
 from jaxtree.train.stop import StopRequest
-from jaxtree.train.update import Updater, optimizer_from_config
+from jaxtree.train.update import Updater, needed_widths, optimizer_from_config
 from jaxtree.utils import report, round_up
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ class TrainConfig(Section):
                                   check=positive())
     micro_batch_size: int = option(16, "rows per gradient-accumulation micro-batch (a multiple "
                                    "of mesh data x fsdp)", check=positive())
+    micro_batches_by_length: bool = option(
+        True, "group a minibatch's rows by length into micro-batches, each cut to its own "
+        "rows' width (False: every micro-batch as wide as the minibatch's longest row, one fused "
+        "step; jaxtree.train.update)")
     tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
     max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
                                     "steps whose updates were all skipped as non-finite",
@@ -170,7 +175,8 @@ class Trainer:
             exp.optim, t.steps * t.epochs * t.num_minibatches)
         try:
             self.updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size,
-                                   exp.mesh.make(), policy.params, exp.model.training_memory())
+                                   exp.mesh.make(), policy.params, exp.model.training_memory(),
+                                   width_multiple=WIDTH_MULTIPLE)
         except ValueError as e:
             raise ConfigError("mesh", str(e)) from e
         self.reference = self.updater.place_params(policy.params)
@@ -269,8 +275,10 @@ class Trainer:
         # enough empty rows to pad any chunk, and a row count the reference pass can split
         total = round_up(real + rows, self.updater.row_multiple)
         arrays = self._padded(batch, advantages, total - real)
+        by_length = t.micro_batches_by_length
+        widths = needed_widths(arrays["action_mask"]) if by_length else None
         arrays["ref_logprobs"] = distributed.host_array(
-            self.updater.logprobs(self.reference, arrays["tokens"]))
+            self.updater.logprobs(self.reference, arrays["tokens"], widths))
         rng = np.random.default_rng([t.seed, step])
         collected = []
         for _ in range(t.epochs):
@@ -280,7 +288,7 @@ class Trainer:
                 mb["weights"] = np.asarray(losses.aggregation_weights(
                     jnp.asarray(mb["action_mask"]), self.exp.loss.aggregation,
                     self.norm_constant))
-                state, metrics = self.updater.step(state, mb)
+                state, metrics = self.updater.step(state, mb, by_length)
                 collected.append(jax.device_get(metrics))
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
         out["train/updates"] = len(collected)

@@ -11,10 +11,21 @@ One call of the update step consumes one minibatch:
                                  split into micro-batches whose losses simply add up
   ref_logprobs    float32[B, T]  log-probs of the frozen reference policy (KL penalty)
 
-B is split into B / micro_batch_size micro-batches; `lax.scan` accumulates their gradients and
-loss sums, so memory is bounded by one micro-batch's activations. Rows of a micro-batch are taken
-strided (rows m, m + M, m + 2M, ...) so that, with the batch split over data x fsdp, every device
-holds its share of every micro-batch and no rows move between devices.
+B is split into micro-batches of micro_batch_size rows whose gradients and loss sums add up, so
+memory is bounded by one micro-batch's activations. Two ways, the same sums up to float
+reassociation:
+
+  fused      (`update_step`) one jitted call: `lax.scan` over B / micro_batch_size micro-batches,
+             all as wide as the minibatch, rows taken strided (rows m, m + M, m + 2M, ...) so that,
+             with the batch split over data x fsdp, every device holds its share of every
+             micro-batch and no rows move between devices.
+  by length  (`Updater.step(..., by_length=True)`, the trainer's default) rows sorted by the width
+             they need (one past their last action token: causal attention never lets an earlier
+             token see a later one), each micro-batch cut to its own rows' width (rounded up to
+             `width_multiple`), one jitted accumulation call per micro-batch, then one jitted
+             optimizer step; rows with no action token are left out. When one long episode widens
+             the minibatch (a multi-turn episode among one-turn ones), only its own micro-batch
+             pays for the width. Each distinct width compiles once.
 
 A non-finite loss or gradient norm leaves params and optimizer state unchanged and reports
 `skipped` = 1; the step counter still advances, so the schedule and the log stay aligned.
@@ -28,6 +39,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -37,6 +49,7 @@ from jaxtree.models.config import ModelConfig
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
+from jaxtree.utils import round_up
 
 BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
 
@@ -122,40 +135,45 @@ def _loss_fn(model_config, loss_config: losses.LossConfig, memory: TrainingMemor
     return loss, sums
 
 
-def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
-                loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
-                batch: dict[str, jax.Array],
-                micro_batch_sharding: NamedSharding | None = None,
-                memory: TrainingMemory = TrainingMemory()):
-    """One optimizer step on one minibatch (the module docstring lists `batch`); `memory` trades
-    compute for activation memory (`jaxtree.models.token_scores`).
+def _grad_fn(model_config, loss_config, memory):
+    return jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config, memory),
+                              has_aux=True)
 
-    Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
-    """
-    rows = batch["tokens"].shape[0]
-    if rows % micro_batch_size:
-        raise ValueError(f"minibatch of {rows} rows is not a multiple of micro_batch_size="
-                         f"{micro_batch_size}")
-    count = rows // micro_batch_size
-    mbs = {k: _micro_batches(batch[k], count) for k in BATCH_KEYS}
-    if micro_batch_sharding is not None:
-        mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
-               for k, v in mbs.items()}
-    grad_fn = jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config, memory),
-                                 has_aux=True)
+
+def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
+                  memory: TrainingMemory = TrainingMemory()) -> tuple[str, ...]:
+    """The names of the loss sums `_loss_fn` reports for this loss config (traced abstractly:
+    nothing is computed). `mb_template` is any micro-batch (only its keys and dtypes matter)."""
+    (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory), params,
+                                  mb_template)
+    return tuple(sums)
+
+
+def zero_sums(keys) -> dict[str, jax.Array]:
+    return {k: jnp.zeros((), jnp.float32) for k in keys}
+
+
+def accumulate_gradients(model_config: ModelConfig, loss_config: losses.LossConfig,
+                         memory: TrainingMemory, params, carry, mbs: dict[str, jax.Array]):
+    """`carry` (grads, loss, sums) plus the gradients, losses and loss sums of the micro-batches
+    `mbs` (every key [count, rows, T]), accumulated under `lax.scan`."""
+    grad_fn = _grad_fn(model_config, loss_config, memory)
 
     def accumulate(carry, mb):
         grads, loss, sums = carry
-        (mb_loss, mb_sums), mb_grads = grad_fn(state.params, mb)
+        (mb_loss, mb_sums), mb_grads = grad_fn(params, mb)
         grads = jax.tree_util.tree_map(jnp.add, grads, mb_grads)
         sums = {k: sums[k] + mb_sums[k] for k in sums}
         return (grads, loss + mb_loss, sums), None
 
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-    sum_shapes = jax.eval_shape(lambda: grad_fn(state.params, {k: v[0] for k, v in mbs.items()}))
-    zero_sums = {k: jnp.zeros((), jnp.float32) for k in sum_shapes[0][1]}
-    (grads, loss, sums), _ = jax.lax.scan(accumulate, (zeros, jnp.zeros((), jnp.float32),
-                                                       zero_sums), mbs)
+    carry, _ = jax.lax.scan(accumulate, carry, mbs)
+    return carry
+
+
+def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, carry):
+    """One optimizer step from the accumulated (grads, loss, sums); a non-finite loss or gradient
+    norm keeps params and optimizer state. Returns (new state, metrics)."""
+    grads, loss, sums = carry
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -169,6 +187,81 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     metrics = dict(losses.summarize_loss_metrics(sums), loss=loss, grad_norm=grad_norm,
                    update_norm=update_norm, skipped=(~finite).astype(jnp.int32))
     return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
+                loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
+                batch: dict[str, jax.Array],
+                micro_batch_sharding: NamedSharding | None = None,
+                memory: TrainingMemory = TrainingMemory()):
+    """One optimizer step on one minibatch (the module docstring lists `batch`), fused: every
+    micro-batch as wide as the minibatch. `memory` trades compute for activation memory
+    (`jaxtree.models.token_scores`).
+
+    Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
+    """
+    rows = batch["tokens"].shape[0]
+    if rows % micro_batch_size:
+        raise ValueError(f"minibatch of {rows} rows is not a multiple of micro_batch_size="
+                         f"{micro_batch_size}")
+    count = rows // micro_batch_size
+    mbs = {k: _micro_batches(batch[k], count) for k in BATCH_KEYS}
+    if micro_batch_sharding is not None:
+        mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
+               for k, v in mbs.items()}
+    keys = loss_sum_keys(model_config, loss_config, state.params,
+                         {k: v[0] for k, v in mbs.items()}, memory)
+    carry = (jax.tree_util.tree_map(jnp.zeros_like, state.params), jnp.zeros((), jnp.float32),
+             zero_sums(keys))
+    carry = accumulate_gradients(model_config, loss_config, memory, state.params, carry, mbs)
+    return apply_gradients(optimizer, state, carry)
+
+
+def needed_widths(action_mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """int[B]: the columns each row's loss needs, one past its last action token (or nonzero
+    weight); 0 for a row with none. Later columns cannot change the scores of earlier tokens."""
+    used = np.asarray(action_mask, bool)
+    if weights is not None:
+        used = used | (np.asarray(weights) != 0)
+    last = used.shape[1] - np.argmax(used[:, ::-1], axis=1)
+    return np.where(used.any(axis=1), last, 0)
+
+
+def length_groups(widths: np.ndarray, rows: int,
+                  width_multiple: int) -> list[tuple[np.ndarray, int]]:
+    """Rows in micro-batches of `rows`, grouped by the width they need (`needed_widths`).
+
+    Rows needing width 0 are left out; the others are sorted longest first (ties by row index, so
+    the plan is deterministic and equal on every process) and cut into consecutive micro-batches.
+    Returns [(row indices int[rows], width)], width = the micro-batch's widest row rounded up to
+    `width_multiple`; index -1 marks a filler row in the last micro-batch (no loss).
+    """
+    widths = np.asarray(widths)
+    order = np.argsort(-widths, kind="stable")
+    order = order[widths[order] > 0]
+    groups = []
+    for start in range(0, len(order), rows):
+        index = order[start:start + rows]
+        width = round_up(int(widths[index[0]]), width_multiple)
+        groups.append((np.concatenate([index, np.full(rows - len(index), -1)]), width))
+    return groups
+
+
+def take_micro_batch(batch: dict[str, np.ndarray], index: np.ndarray, width: int,
+                     keys=BATCH_KEYS) -> dict[str, np.ndarray]:
+    """The rows `index` of `batch` (host arrays [B, T]) cut to `width` columns (padded if the
+    batch is narrower); rows with index -1 become fillers without action tokens or weight."""
+    filler = index < 0
+    safe = np.where(filler, 0, index)
+    out = {}
+    for key in keys:
+        x = np.asarray(batch[key])[safe, :width]
+        if x.shape[1] < width:
+            x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+        if key != "tokens":
+            x = np.where(filler[:, None], np.zeros((), x.dtype), x)
+        out[key] = x
+    return out
 
 
 class Updater:
@@ -186,7 +279,8 @@ class Updater:
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
                  loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
-                 params_template, memory: TrainingMemory = TrainingMemory()):
+                 params_template, memory: TrainingMemory = TrainingMemory(),
+                 width_multiple: int = 64):
         self.model_config = model_config
         self.optimizer = optimizer
         self.loss_config = loss_config
@@ -204,13 +298,30 @@ class Updater:
             raise ValueError(f"micro_batch_size={micro_batch_size} must be a positive "
                              f"multiple of the batch parallelism data x fsdp = {parallelism}")
         self.row_multiple = micro_batch_size
+        self.width_multiple = width_multiple
         mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
+        self.micro_batch_sharding = mb_sharding
         self._step = jax.jit(
             functools.partial(update_step, model_config, optimizer, loss_config, micro_batch_size,
                               micro_batch_sharding=mb_sharding, memory=memory),
             in_shardings=(self.state_shardings, self.batch_sharding),
             out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),
             donate_argnums=(0,))
+        # the by-length path: one accumulation call per micro-batch, then one optimizer step
+        replicated = mesh_lib.replicated(mesh)
+        self._carry_shardings = (self.param_shardings, replicated, replicated)
+        self._accumulate = jax.jit(
+            functools.partial(accumulate_gradients, model_config, loss_config, memory),
+            in_shardings=(self.param_shardings, self._carry_shardings, mb_sharding),
+            out_shardings=self._carry_shardings, donate_argnums=(1,))
+        self._apply = jax.jit(
+            functools.partial(apply_gradients, optimizer),
+            in_shardings=(self.state_shardings, self._carry_shardings),
+            out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+        self._sum_keys = None
+        self._zeros = jax.jit(lambda params: jax.tree_util.tree_map(jnp.zeros_like, params),
+                              in_shardings=(self.param_shardings,),
+                              out_shardings=self.param_shardings)
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),
                              in_shardings=(self.param_shardings,),
                              out_shardings=self.param_shardings)
@@ -242,14 +353,49 @@ class Updater:
         multi-process job (`jaxtree.parallel.distributed.local_copy`)."""
         return self._replicate(params)
 
-    def step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        batch = {k: distributed.put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
-        return self._step(state, batch)
+    def step(self, state: TrainState, batch: dict,
+             by_length: bool = False) -> tuple[TrainState, dict]:
+        """One optimizer step on the minibatch `batch` (host arrays, the module docstring's keys;
+        B a multiple of `row_multiple`): fused, or with micro-batches grouped `by_length`."""
+        if not by_length:
+            batch = {k: distributed.put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
+            return self._step(state, batch)
+        batch = {k: np.asarray(batch[k]) for k in BATCH_KEYS}
+        groups = length_groups(needed_widths(batch["action_mask"], batch["weights"]),
+                               self.row_multiple, self.width_multiple)
+        if not groups:  # no action token at all: an all-zero accumulation, as the fused step
+            groups = [(np.full(self.row_multiple, -1), self.width_multiple)]
+        if self._sum_keys is None:  # the same for every width: traced once
+            self._sum_keys = loss_sum_keys(self.model_config, self.loss_config, state.params,
+                                           take_micro_batch(batch, *groups[0]), self.memory)
+        scalars = (np.zeros((), np.float32), {k: np.zeros((), np.float32)
+                                              for k in self._sum_keys})
+        carry = (self._zeros(state.params),) + distributed.put(scalars, self._carry_shardings[1])
+        for index, width in groups:
+            mb = take_micro_batch(batch, index, width)
+            mb = {k: distributed.put(v[None], self.micro_batch_sharding) for k, v in mb.items()}
+            carry = self._accumulate(state.params, carry, mb)
+        return self._apply(state, carry)
 
-    def logprobs(self, params, tokens) -> jax.Array:
+    def logprobs(self, params, tokens, widths: np.ndarray | None = None) -> jax.Array:
         """float32[B, T] log-probs of `tokens` (B a multiple of `row_multiple`), computed in
-        micro-batch-sized chunks of rows."""
+        micro-batch-sized chunks of rows. With `widths` (int[B], the columns each row needs:
+        `needed_widths`), rows are chunked by width and each chunk cut to its own; columns past
+        a row's width are 0."""
         size = self.row_multiple
-        out = [self._logprobs(params, distributed.put(tokens[i:i + size], self.batch_sharding))
-               for i in range(0, tokens.shape[0], size)]
-        return jnp.concatenate(out, axis=0)
+        if widths is None:
+            out = [self._logprobs(params, distributed.put(tokens[i:i + size],
+                                                          self.batch_sharding))
+                   for i in range(0, tokens.shape[0], size)]
+            return jnp.concatenate(out, axis=0)
+        tokens = np.asarray(tokens)
+        out = np.zeros(tokens.shape, np.float32)
+        for index, width in length_groups(widths, size, self.width_multiple):
+            chunk = take_micro_batch({"tokens": tokens}, index, width, keys=("tokens",))
+            scores = distributed.host_array(self._logprobs(
+                params, distributed.put(chunk["tokens"], self.batch_sharding)))
+            real = index >= 0
+            keep = min(width, tokens.shape[1])
+            out[index[real], :keep] = scores[real, :keep]
+        out[np.arange(tokens.shape[1]) >= np.asarray(widths)[:, None]] = 0.0
+        return jnp.asarray(out)

@@ -16,6 +16,9 @@ in the same run (`common.matmul_flops`), the best this machine does on the op th
 Memory is XLA's own accounting of the compiled step (`memory_analysis`): the temporaries live
 at its peak beside the arguments (parameters, optimizer state, batch); the first mode listed is
 the baseline of the ratios.
+
+`run_lengths` (`python -m launch.benchmark update_lengths`) times the update on a minibatch of
+mixed lengths, fused against micro-batches grouped by length (`jaxtree.train.update`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from jaxtree.policy import load_policy
 from jaxtree.losses import LossConfig
 from jaxtree.train.update import Updater, make_optimizer, make_schedule
 from jaxtree.utils import print_table
-from launch.benchmarks.common import machine_info, matmul_flops, median_seconds, write_json
+from launch.benchmarks.common import (interleaved_median_seconds, machine_info, matmul_flops,
+                                      median_seconds, write_json)
 
 
 def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -117,3 +121,84 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
                  "time ratio", "tokens/s", "GFLOP/step", "GFLOP/s", "of matmul ceiling"], table)
     write_json(output, {"benchmark": "train", "machine": machine_info(),
                         "matmul_ceiling_flops_per_s": ceiling, "results": results})
+
+
+def lengths_batch(config, rows: int, long_rows: int, seq_len: int, short_len: int,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """A minibatch of `rows` random sequences `seq_len` wide in which the first `long_rows` rows
+    have action tokens up to the end and the others only up to `short_len` (one multi-turn episode
+    among one-turn ones: the whole minibatch is as wide as its longest row)."""
+    batch = _batch(config, rows, seq_len, seed)
+    mask = np.zeros((rows, seq_len), bool)
+    mask[:long_rows, seq_len // 2:] = True
+    mask[long_rows:, short_len // 2:short_len] = True
+    for key in ("old_logprobs", "advantages", "ref_logprobs"):
+        batch[key] = np.where(mask, batch[key], 0).astype(np.float32)
+    batch["action_mask"] = mask
+    batch["weights"] = np.asarray(losses.aggregation_weights(mask, "seq-mean-token-mean"))
+    return batch
+
+
+def run_lengths(model_names, rows: int, long_rows: int, seq_len: int, short_len: int,
+                micro_batches, repeats: int, output: str, width_multiple: int = 64) -> None:
+    """The update step on a minibatch of mixed lengths (`lengths_batch`): fused (every
+    micro-batch padded to the longest row) against micro-batches grouped by length
+    (`Updater.step(..., by_length=True)`, the trainer's default), plus the reference log-probs
+    both ways; timed in turn (median of `repeats` after a compiling warm-up), from the same
+    state, with the parameters' largest difference as a check that both compute one update."""
+    from jaxtree.train.update import length_groups, needed_widths  # noqa: PLC0415
+
+    results, table = [], []
+    for name in model_names:
+        policy = load_policy(name)
+        config, params = policy.config, policy.params
+        batch = lengths_batch(config, rows, long_rows, seq_len, short_len)
+        widths = needed_widths(batch["action_mask"], batch["weights"])
+        for micro in micro_batches:
+            updater = Updater(config, make_optimizer(make_schedule(1e-4)),
+                              LossConfig(kl_coef=0.01), micro, make_mesh(), params,
+                              width_multiple=width_multiple)
+            placed = updater.place_params(params)
+            start = updater.init_state(params)
+            states = {}
+
+            def step(by_length):
+                # a fresh copy of the same start each call (the step donates its state)
+                state, metrics = updater.step(jax.tree_util.tree_map(jax.numpy.copy, start),
+                                              batch, by_length)
+                jax.block_until_ready(metrics)
+                states[by_length] = state
+
+            timed = interleaved_median_seconds({
+                "fused": lambda: step(False), "by length": lambda: step(True),
+                "reference fused": lambda: jax.block_until_ready(
+                    updater.logprobs(placed, batch["tokens"])),
+                "reference by length": lambda: jax.block_until_ready(
+                    updater.logprobs(placed, batch["tokens"], widths))}, repeats)
+            diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
+                jax.tree_util.tree_leaves(states[False].params),
+                jax.tree_util.tree_leaves(states[True].params)))
+            computed = sum(width for _, width in length_groups(widths, micro, width_multiple))
+            padded = rows // micro * seq_len
+            fused, grouped = timed["fused"][0], timed["by length"][0]
+            ref_fused, ref_grouped = timed["reference fused"][0], timed["reference by length"][0]
+            results.append({"model": name, "rows": rows, "long_rows": long_rows,
+                            "seq_len": seq_len, "short_len": short_len,
+                            "micro_batch_size": micro, "fused_seconds": fused,
+                            "by_length_seconds": grouped, "reference_fused_seconds": ref_fused,
+                            "reference_by_length_seconds": ref_grouped,
+                            "columns_fused": padded * micro, "columns_by_length": computed * micro,
+                            "max_param_difference": diff,
+                            "times": {k: v[1] for k, v in timed.items()}})
+            table.append([name, micro, f"{fused:.2f}", f"{grouped:.2f}",
+                          f"{fused / grouped:.2f}", f"{ref_fused:.2f}", f"{ref_grouped:.2f}",
+                          f"{ref_fused / ref_grouped:.2f}", f"{padded / computed:.2f}",
+                          f"{diff:.1e}"])
+            print(f"  {name} micro-batch {micro}: done", flush=True)
+    print(f"\nupdate step on {rows} rows, {long_rows} of them {seq_len} tokens wide, the others "
+          f"{short_len}; median of {repeats}; speed-ups are fused / by length")
+    print_table(["model", "micro-batch", "fused s", "by length s", "speed-up",
+                 "reference fused s", "reference by length s", "speed-up",
+                 "columns fused / by length", "max param diff"], table)
+    write_json(output, {"benchmark": "update_lengths", "machine": machine_info(),
+                        "results": results})

@@ -13,8 +13,8 @@ from fake_devices import run_script
 from jaxtree import losses
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.losses import LossConfig
-from jaxtree.train.update import (Updater, length_groups, make_optimizer, make_schedule,
-                                  needed_widths, take_micro_batch, update_step)
+from jaxtree.train.update import (Updater, accumulation_calls, length_groups, make_optimizer,
+                                  make_schedule, needed_widths, take_micro_batch, update_step)
 
 
 def _random_batch(config, rows=8, width=24, seed=0):
@@ -129,6 +129,11 @@ def test_length_groups_sort_rows_by_the_width_they_need():
     groups = length_groups(needed_widths(mask), rows=3, width_multiple=8)
     assert [(index.tolist(), width) for index, width in groups] == [([2, 3, 4], 16),
                                                                    ([0, -1, -1], 8)]
+    # one scan call per run of equal widths, in power-of-two counts, largest first
+    widths = np.array([9, 9, 9, 9, 9, 9, 9, 3, 3, 3])  # seven micro-batches of 1 row at 16
+    calls = accumulation_calls(length_groups(widths, rows=1, width_multiple=8))
+    assert [([i.tolist() for i in indices], w) for indices, w in calls] == [
+        ([[0], [1], [2], [3]], 16), ([[4], [5]], 16), ([[6]], 16), ([[7], [8]], 8), ([[9]], 8)]
     batch = _with_weights(dict(_random_batch(None, rows=5, width=12), action_mask=mask))
     mb = take_micro_batch(batch, np.array([0, -1, -1]), 8)
     assert mb["tokens"].shape == (3, 8) and np.array_equal(mb["tokens"][0], batch["tokens"][0, :8])

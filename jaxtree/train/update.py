@@ -22,10 +22,11 @@ reassociation:
   by length  (`Updater.step(..., by_length=True)`, the trainer's default) rows sorted by the width
              they need (one past their last action token: causal attention never lets an earlier
              token see a later one), each micro-batch cut to its own rows' width (rounded up to
-             `width_multiple`), one jitted accumulation call per micro-batch, then one jitted
+             `width_multiple`); micro-batches of one width are accumulated by one jitted
+             `lax.scan` call (power-of-two counts: `accumulation_calls`), then one jitted
              optimizer step; rows with no action token are left out. When one long episode widens
              the minibatch (a multi-turn episode among one-turn ones), only its own micro-batch
-             pays for the width. Each distinct width compiles once.
+             pays for the width.
 
 A non-finite loss or gradient norm leaves params and optimizer state unchanged and reports
 `skipped` = 1; the step counter still advances, so the schedule and the log stay aligned.
@@ -247,6 +248,25 @@ def length_groups(widths: np.ndarray, rows: int,
     return groups
 
 
+def accumulation_calls(groups: list[tuple[np.ndarray, int]]) -> list[tuple[list, int]]:
+    """`length_groups`' micro-batches as accumulation calls: runs of consecutive micro-batches
+    of one width, each run cut into power-of-two counts, largest first (7 -> 4, 2, 1). A call
+    is one `lax.scan` over its micro-batches: on the CPU a micro-batch inside a scan costs ~0.7x
+    a call of its own (docs/benchmarks.md), and power-of-two counts bound the compiled shapes at
+    log2(micro-batches) + 1 per width. Returns [([row indices of each micro-batch], width)]."""
+    calls, start = [], 0
+    while start < len(groups):
+        width = groups[start][1]
+        end = start
+        while end < len(groups) and groups[end][1] == width:
+            end += 1
+        while start < end:
+            count = 1 << ((end - start).bit_length() - 1)
+            calls.append(([index for index, _ in groups[start:start + count]], width))
+            start += count
+    return calls
+
+
 def take_micro_batch(batch: dict[str, np.ndarray], index: np.ndarray, width: int,
                      keys=BATCH_KEYS) -> dict[str, np.ndarray]:
     """The rows `index` of `batch` (host arrays [B, T]) cut to `width` columns (padded if the
@@ -307,7 +327,8 @@ class Updater:
             in_shardings=(self.state_shardings, self.batch_sharding),
             out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),
             donate_argnums=(0,))
-        # the by-length path: one accumulation call per micro-batch, then one optimizer step
+        # the by-length path: accumulation calls (a scan over micro-batches of one width),
+        # then one optimizer step
         replicated = mesh_lib.replicated(mesh)
         self._carry_shardings = (self.param_shardings, replicated, replicated)
         self._accumulate = jax.jit(
@@ -371,10 +392,11 @@ class Updater:
         scalars = (np.zeros((), np.float32), {k: np.zeros((), np.float32)
                                               for k in self._sum_keys})
         carry = (self._zeros(state.params),) + distributed.put(scalars, self._carry_shardings[1])
-        for index, width in groups:
-            mb = take_micro_batch(batch, index, width)
-            mb = {k: distributed.put(v[None], self.micro_batch_sharding) for k, v in mb.items()}
-            carry = self._accumulate(state.params, carry, mb)
+        for indices, width in accumulation_calls(groups):
+            parts = [take_micro_batch(batch, index, width) for index in indices]
+            mbs = {k: np.stack([part[k] for part in parts]) for k in BATCH_KEYS}
+            carry = self._accumulate(state.params, carry,
+                                     distributed.put(mbs, self.micro_batch_sharding))
         return self._apply(state, carry)
 
     def logprobs(self, params, tokens, widths: np.ndarray | None = None) -> jax.Array:

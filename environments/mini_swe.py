@@ -301,9 +301,9 @@ class MiniSWE(TextEnv):
             self._own = {t.name: t for t in by_split[split]}
             if not self._own:
                 raise ValueError(f"task_dir={task_dir!r} has no task of split={split!r}")
-        known = tasks.TASKS if self._own is None else self._own
-        if module is not None and module not in known:
-            raise ValueError(f"module={module!r}: expected one of {sorted(known)}")
+        self._tasks = tasks.TASKS if self._own is None else self._own  # name -> Task drawn from
+        if module is not None and module not in self._tasks:
+            raise ValueError(f"module={module!r}: expected one of {sorted(self._tasks)}")
         if action_signatures not in ("text", "rtmc"):
             raise ValueError(f"action_signatures={action_signatures!r}: expected 'text' or "
                              "'rtmc'")
@@ -371,7 +371,6 @@ class MiniSWE(TextEnv):
 
     def _draw_task(self):
         singles, pairs = tasks.SPLITS[self.split]
-        known = tasks.TASKS if self._own is None else self._own
         if self.module is not None:
             pool = (self.module,)
         elif self._own is not None:
@@ -381,7 +380,7 @@ class MiniSWE(TextEnv):
         else:
             pool = singles
         for _ in range(1000):
-            task = known[pool[int(self.rng.integers(len(pool)))]]
+            task = self._tasks[pool[int(self.rng.integers(len(pool)))]]
             available = tasks.by_operator(task)
             operators = [op for op in self.operators if op in available]
             if operators:

@@ -26,7 +26,8 @@ from absl import flags
 
 from launch.common import fail, run_app
 
-_BENCHMARKS = ("sampler", "envs", "rollout", "train", "update_lengths", "latr", "credit", "mc_values", "trees")
+_BENCHMARKS = ("sampler", "envs", "rollout", "train", "update_lengths", "latr", "credit",
+               "mc_values", "trees")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"],
                             "Model presets (random init) or policies to benchmark, e.g. "

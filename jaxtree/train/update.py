@@ -52,7 +52,9 @@ from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.utils import round_up
 
-BATCH_KEYS = ("tokens", "action_mask", "old_logprobs", "advantages", "weights", "ref_logprobs")
+BATCH_DTYPES = {"tokens": jnp.int32, "action_mask": jnp.bool_, "old_logprobs": jnp.float32,
+                "advantages": jnp.float32, "weights": jnp.float32, "ref_logprobs": jnp.float32}
+BATCH_KEYS = tuple(BATCH_DTYPES)
 
 
 class TrainState(NamedTuple):
@@ -150,8 +152,11 @@ def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_templ
     return tuple(sums)
 
 
-def zero_sums(keys) -> dict[str, jax.Array]:
-    return {k: jnp.zeros((), jnp.float32) for k in keys}
+def zero_carry(params, sum_keys: tuple[str, ...]):
+    """What `accumulate_gradients` adds to: (zero gradients like `params`, loss 0, the loss sums
+    `sum_keys` at 0)."""
+    return (jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32),
+            {k: jnp.zeros((), jnp.float32) for k in sum_keys})
 
 
 def accumulate_gradients(model_config: ModelConfig, loss_config: losses.LossConfig,
@@ -210,10 +215,8 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     if micro_batch_sharding is not None:
         mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
                for k, v in mbs.items()}
-    keys = loss_sum_keys(model_config, loss_config, state.params,
-                         {k: v[0] for k, v in mbs.items()}, memory)
-    carry = (jax.tree_util.tree_map(jnp.zeros_like, state.params), jnp.zeros((), jnp.float32),
-             zero_sums(keys))
+    carry = zero_carry(state.params, loss_sum_keys(model_config, loss_config, state.params,
+                                                   {k: v[0] for k, v in mbs.items()}, memory))
     carry = accumulate_gradients(model_config, loss_config, memory, state.params, carry, mbs)
     return apply_gradients(optimizer, state, carry)
 
@@ -339,10 +342,12 @@ class Updater:
             functools.partial(apply_gradients, optimizer),
             in_shardings=(self.state_shardings, self._carry_shardings),
             out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
-        self._sum_keys = None
-        self._zeros = jax.jit(lambda params: jax.tree_util.tree_map(jnp.zeros_like, params),
-                              in_shardings=(self.param_shardings,),
-                              out_shardings=self.param_shardings)
+        template = {k: jax.ShapeDtypeStruct((1, width_multiple), dtype)
+                    for k, dtype in BATCH_DTYPES.items()}
+        sum_keys = loss_sum_keys(model_config, loss_config, params_template, template, memory)
+        self._zero_carry = jax.jit(functools.partial(zero_carry, sum_keys=sum_keys),
+                                   in_shardings=(self.param_shardings,),
+                                   out_shardings=self._carry_shardings)
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),
                              in_shardings=(self.param_shardings,),
                              out_shardings=self.param_shardings)
@@ -386,15 +391,10 @@ class Updater:
                                self.row_multiple, self.width_multiple)
         if not groups:  # no action token at all: an all-zero accumulation, as the fused step
             groups = [(np.full(self.row_multiple, -1), self.width_multiple)]
-        if self._sum_keys is None:  # the same for every width: traced once
-            self._sum_keys = loss_sum_keys(self.model_config, self.loss_config, state.params,
-                                           take_micro_batch(batch, *groups[0]), self.memory)
-        scalars = (np.zeros((), np.float32), {k: np.zeros((), np.float32)
-                                              for k in self._sum_keys})
-        carry = (self._zeros(state.params),) + distributed.put(scalars, self._carry_shardings[1])
+        carry = self._zero_carry(state.params)
         for indices, width in accumulation_calls(groups):
-            parts = [take_micro_batch(batch, index, width) for index in indices]
-            mbs = {k: np.stack([part[k] for part in parts]) for k in BATCH_KEYS}
+            mb = take_micro_batch(batch, np.concatenate(indices), width)
+            mbs = {k: v.reshape(len(indices), self.row_multiple, width) for k, v in mb.items()}
             carry = self._accumulate(state.params, carry,
                                      distributed.put(mbs, self.micro_batch_sharding))
         return self._apply(state, carry)

@@ -1,0 +1,159 @@
+"""Digests of short fixed toy runs, one per registered rollout strategy and advantage: what the
+pipeline computes, recorded so that a change that means to keep the numbers can prove it did.
+
+Each case is the toy experiment (tests/toy_run.py) with a few overrides, trained for STEPS steps
+from a short warm start of the tiny model (WARM_START: enough for it to write legal moves, so that
+rewards, and hence advantages, differ within groups); its digest is every step's deterministic
+metrics (wall-clock timings left out) and a hash of the final parameters' bytes. `tests/test_pipeline_digests.py` compares a fresh run of every case to
+`tests/data/pipeline_digests.json`.
+
+    python tests/pipeline_digests.py --write [case ...]     # record (all cases by default)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+
+# tests/ after the repository root: tests/environments must not shadow the environments package
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                os.path.dirname(os.path.abspath(__file__))]
+import conftest  # noqa: E402,F401  (the test suite's XLA flags and CPU platform, before JAX starts)
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from toy_run import ROOT, toy_config  # noqa: E402
+
+STEPS = 5
+DIGESTS = os.path.join(ROOT, "tests", "data", "pipeline_digests.json")
+
+# Countdown (one turn) at toy size for LATR: k = 4 rows per task, answers of at most 16 tokens.
+_COUNTDOWN = {
+    "env.name": "countdown",
+    "env.options": {"min_numbers": 2, "max_numbers": 2, "max_number": 10, "max_target": 100,
+                    "style": "compact"},
+    "rollout.max_turns": 0, "rollout.max_action_tokens": 16, "rollout.group_size": 4,
+    "train.micro_batch_size": 4,
+}
+
+CASES: dict[str, dict] = {
+    # rollout strategies (GRPO advantages)
+    "independent": {},
+    "latr": {**_COUNTDOWN, "rollout.strategy": "latr", "rollout.latr.windows": (4, 8)},
+    "mc_values": {"rollout.strategy": "mc_values", "rollout.mc_values.continuations": 2,
+                  "reward.terms": ("mc_process",), "advantage.name": "vpr"},
+    "patr": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
+             "rollout.patr.interval": 1, "rollout.patr.expand_top_k": 1,
+             "rollout.patr.max_branches": 4, "rollout.num_slots": 12},
+    "patr_random_best_n": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
+                           "rollout.patr.interval": 1, "rollout.patr.max_branches": 4,
+                           "rollout.patr.selection": "random", "rollout.patr.group": "best_n",
+                           "rollout.patr.repeat_limit": 2, "rollout.num_slots": 12},
+    "arpo": {"rollout.strategy": "arpo", "rollout.arpo.initial_branches": 2,
+             "rollout.arpo.max_branches": 4, "rollout.num_slots": 12},
+    "best_of_n": {"rollout.strategy": "best_of_n", "rollout.best_of_n.candidates": 3},
+    "beam": {"rollout.strategy": "beam", "rollout.beam.beams": 1, "rollout.beam.branching": 2},
+    "lookahead": {"rollout.strategy": "lookahead", "rollout.lookahead.beams": 1,
+                  "rollout.lookahead.branching": 2, "rollout.lookahead.depth": 1,
+                  "rollout.num_slots": 16},
+    # advantages (independent rollouts)
+    "drgrpo": {"advantage.name": "drgrpo", "loss.aggregation": "seq-sum"},
+    "rloo": {"advantage.name": "rloo"},
+    "grpo_step": {"advantage.name": "grpo_step", "reward.terms": ("outcome", "step_validity")},
+    "vpr": {"advantage.name": "vpr", "reward.terms": ("verifier",)},
+    "rtmc": {"advantage.name": "rtmc", "reward.terms": ("outcome", "step_validity")},
+    "gigpo": {"advantage.name": "gigpo", "reward.terms": ("outcome", "step_validity")},
+}
+
+
+# The warm start every case of an environment starts from (trained once per run of the cases).
+WARM_START = {"sft.num_episodes": 64, "sft.steps": 30, "sft.warmup_steps": 4,
+              "sft.batch_size": 8, "sft.log_every": 10}
+
+
+def _config(overrides: dict):
+    config = toy_config(steps=STEPS)
+    for path, value in overrides.items():
+        section, _, rest = path.partition(".")
+        node = config[section]
+        *parents, field = rest.split(".")
+        for parent in parents:
+            node = node[parent]
+        node[field] = value
+    return config
+
+
+def warm_starts(directory: str) -> dict[str, str]:
+    """{environment name: warm-start checkpoint} of every environment the cases use."""
+    from jaxtree.train import jobs
+    paths = {}
+    for overrides in CASES.values():
+        env = overrides.get("env.name", "frozen_lake")
+        if env not in paths:
+            env_overrides = {k: v for k, v in overrides.items() if k.startswith("env.")}
+            paths[env] = jobs.sft_job(_config({**env_overrides, **WARM_START}),
+                                      os.path.join(directory, f"sft_{env}"))
+    return paths
+
+
+def case_config(name: str, warm_start: dict[str, str]):
+    """The toy experiment of case `name` from its environment's warm start, STEPS steps, one
+    checkpoint at the end."""
+    env = CASES[name].get("env.name", "frozen_lake")
+    return _config({"model.name": warm_start[env], "checkpoint.every": STEPS,
+                    "eval.every": STEPS, **CASES[name]})
+
+
+def params_digest(params) -> str:
+    """sha256 over every parameter leaf's path, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        x = np.asarray(leaf)
+        h.update(f"{jax.tree_util.keystr(path)}:{x.dtype}:{x.shape}".encode())
+        h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
+def deterministic(records: list[dict]) -> list[dict]:
+    """The metric records without wall-clock measurements."""
+    from jaxtree.rollout.engine import TIMING_METRICS
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in TIMING_METRICS}
+            for r in records]
+
+
+def run_case(name: str, warm_start: dict[str, str], workdir: str) -> dict:
+    """{'metrics': per-step deterministic metrics, 'params': final parameter digest}."""
+    from jaxtree.checkpoints import load_policy_checkpoint
+    from jaxtree.train import jobs
+    from jaxtree.train.metrics import read_metrics
+    result = jobs.train_job(case_config(name, warm_start), workdir)
+    assert result is not None and result["step"] == STEPS, result
+    params = load_policy_checkpoint(workdir)[1]
+    # JSON round trip: the stored form (floats as repr, exact)
+    return json.loads(json.dumps({"metrics": deterministic(read_metrics(workdir)),
+                                  "params": params_digest(params)}))
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] != "--write":
+        raise SystemExit(__doc__)
+    names = argv[1:] or list(CASES)
+    stored = {}
+    if os.path.exists(DIGESTS):
+        with open(DIGESTS) as f:
+            stored = json.load(f)
+    with tempfile.TemporaryDirectory() as tmp:
+        warm_start = warm_starts(tmp)
+        for name in names:
+            stored[name] = run_case(name, warm_start, os.path.join(tmp, name))
+            print(name, stored[name]["params"][:16], flush=True)
+    os.makedirs(os.path.dirname(DIGESTS), exist_ok=True)
+    with open(DIGESTS, "w") as f:
+        json.dump(stored, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

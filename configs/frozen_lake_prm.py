@@ -14,12 +14,12 @@ architecture from random initialisation with a one-label head (`--config.model.n
 starts from a warm-start policy instead), fit for 200 AdamW steps of 8 windows (about 7 labelled
 steps each) at a peak learning rate of 2e-3.
 
-`prm.*` holds the job's own settings (`jaxtree.train.prm_training.PrmTrainConfig`); the other
+`prm.*` holds the job's own settings (`jaxtree.scorers.prm_training.PrmTrainConfig`); the other
 sections are the experiment's, validated like any job's.
 """
 
 from jaxtree.experiment import sibling_config
-from jaxtree.train.prm_training import PrmTrainConfig
+from jaxtree.scorers.prm_training import PrmTrainConfig
 
 
 def get_config():

@@ -5,7 +5,7 @@ utilities (strings, lists, arithmetic, parsing), a visible test file `test_<name
 assert-style test functions, and hidden extra cases `(function, args, expected)` that only
 `submit` runs (with the visible test functions). Sources are ASCII and never use the words that
 PATR's phase rules read as verification (`pass`, `test`, `fail`, ...), so that an edit that
-restores a source line is classified as editing (`jaxtree.rollout.judge.phase_of`).
+restores a source line is classified as editing (`jaxtree.scorers.judge.phase_of`).
 
 Two-file tasks pair a main module with a helper it imports (`from helper import ...`); the tests
 exercise only the main module and the bug is planted in the helper, so a failing assertion's frame

@@ -10,7 +10,7 @@ unfinished ones resumed when the same command is run again; a finished run made 
 overrides than the grid now sets is refused. Then writes DIR/results.md (printed too),
 DIR/results.json and DIR/curves_<metric>.png: mean ± 95% CI over seeds of the initial, final and
 best evaluation of each run. The grid format is in configs/grids/README.md; the logic is
-`jaxtree.train.compare`.
+`jaxtree.compare`.
 
 Before anything runs, every variant x seed is validated as the typed experiment launch.train would
 build (an unknown field or an invalid value is refused in one line naming the variant and the
@@ -31,7 +31,7 @@ import sys
 
 from absl import app, flags
 
-from jaxtree.train.compare import SubprocessRunner, run_compare
+from jaxtree.compare import SubprocessRunner, run_compare
 
 _GRID = flags.DEFINE_string("grid", None, "Grid file (configs/grids/<name>.py).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (runs, warm starts, results).")

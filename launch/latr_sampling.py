@@ -76,7 +76,7 @@ from jaxtree.rollout.strategies import (STRATEGIES, RolloutContext, num_tree_slo
                                         sample_latr_trees, tree_stats)
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.tasks import eval_seeds
-from jaxtree.train.compare.results import CONFIDENCE, format_interval, mean_ci
+from jaxtree.compare.results import CONFIDENCE, format_interval, mean_ci
 from jaxtree.train.trainer import group_diversity
 from jaxtree.utils import check_writable, print_table
 from launch.benchmarks.common import machine_info, write_json

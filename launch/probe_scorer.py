@@ -8,7 +8,7 @@ For each held-out task, one branch plays `--turns` oracle moves and one plays ra
 where either ended are skipped); the configured scorer (`rollout.patr.scorer` with its settings)
 and the environment's heuristic score every branch. Prints one row per scorer: AUC of oracle vs
 random branches (0.5 = no separation), the mean scores of each kind, the spread, the correlation
-with the heuristic, and seconds per branch after compilation (jaxtree.rollout.scorer_probe); a
+with the heuristic, and seconds per branch after compilation (jaxtree.scorers.probe); a
 judge also gets a row of its own scores, unblended from Eq. 8.
 """
 
@@ -20,9 +20,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxtree.experiment import Experiment
-from jaxtree.rollout.scorer_probe import (heuristic_scores, probe_branches, probe_report,
+from jaxtree.scorers.probe import (heuristic_scores, probe_branches, probe_report,
                                           timed_scores, unblended_judge)
-from jaxtree.rollout.scorers import SCORERS
+from jaxtree.scorers import SCORERS
 from jaxtree.tasks import eval_seeds
 from jaxtree.utils import print_table
 from launch.common import fail, run_app

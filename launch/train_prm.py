@@ -8,7 +8,7 @@ score head by binary cross-entropy at the step boundaries, and writes <workdir>/
 token-classification checkpoint: `--config.rollout.patr.scorer=prm
 --config.rollout.patr.prm.model=<workdir>/prm` in a PATR run) and <workdir>/prm_metrics.json
 (BCE, accuracy and AUC of the step scores on training and held-out seeds)
-(`jaxtree.train.prm_training`). Rerun in a workdir holding the same config's PRM it does nothing;
+(`jaxtree.scorers.prm_training`, `jaxtree.train.jobs`). Rerun in a workdir holding the same config's PRM it does nothing;
 another config is refused unless --overwrite.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from absl import flags
 from ml_collections import config_flags
 
-from jaxtree.train.prm_training import train_prm_job
+from jaxtree.train.jobs import train_prm_job
 from launch.common import fail, run_app
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file with a `prm` "

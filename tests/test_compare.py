@@ -1,4 +1,4 @@
-"""The comparison harness (jaxtree.train.compare, launch.compare), with a fake runner: nothing is
+"""The comparison harness (jaxtree.compare, launch.compare), with a fake runner: nothing is
 trained (the grid's variants are validated as typed experiments, which imports JAX)."""
 
 import glob

@@ -15,7 +15,8 @@ from jaxtree.config import ConfigError, Section, option, positive
 from jaxtree.experiment import (REFERENCE_BEGIN, REFERENCE_END, SECTIONS, Experiment,
                                 reference_markdown, set_path)
 from jaxtree.rewards import REWARDS, Rewards
-from jaxtree.rollout import STRATEGIES, SlotEngine
+from jaxtree.rollout import SlotEngine
+from jaxtree.rollout.strategies import STRATEGIES
 from jaxtree.rollout.tree_record import read_tree
 from jaxtree.train.metrics import read_metrics
 from test_trainer import ROOT, toy_config

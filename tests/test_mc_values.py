@@ -124,7 +124,7 @@ def test_each_part_is_reachable_by_config_only(overrides):
 
 @pytest.mark.parametrize("name", ["state", "history"])
 def test_the_configured_signature_function_names_each_recorded_state(tiny, name):
-    from jaxtree.rollout import sample_independent
+    from jaxtree.rollout.strategies import sample_independent
     config, params = tiny
     engine = SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
                         RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,

@@ -734,7 +734,7 @@ def test_subprocess_seconds_are_the_turns_sandboxed_runs():
 
 
 def _phases(texts):
-    from jaxtree.rollout.judge import phase_of
+    from jaxtree.scorers.judge import phase_of
     return [phase_of([t]) for t in texts]
 
 

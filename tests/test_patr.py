@@ -290,7 +290,7 @@ def played_episode(moves, task=4, episode_id=0):
 
 
 def test_judge_phase_follows_the_recent_actions():
-    from jaxtree.rollout.judge import phase_of
+    from jaxtree.scorers.judge import phase_of
     assert phase_of(["grep -rn foo .", "cat a.py"]) == "diagnosis"
     assert phase_of(["cat a.py", "sed -i s/a/b/ a.py"]) == "editing"
     assert phase_of(["sed -i s/a/b/ a.py", "pytest tests/test_a.py"]) == "verification"
@@ -302,7 +302,7 @@ def test_judge_reads_the_expected_score_from_the_digit_probabilities(tiny):
     evaluated on unpadded single-row forwards; the blend with the heuristic is Eq. 8."""
     from jaxtree.models import forward
     from jaxtree.policy import Policy
-    from jaxtree.rollout.judge import JudgeScorer
+    from jaxtree.scorers.judge import JudgeScorer
     config, params = tiny
     policy = Policy(config, params, TOK, "tiny")
     judge = JudgeScorer(policy, weight=0.7, recent_turns=2, max_prompt_tokens=400)

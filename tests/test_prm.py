@@ -26,15 +26,17 @@ from jaxtree.config import ConfigError
 from jaxtree.models.hf_io import CheckpointError
 from jaxtree.policy import Policy
 from jaxtree.rollout.episode import Episode
-from jaxtree.rollout.prm import (OBSERVATION_UNKNOWN, SEPARATOR, PrmScorer, ProcessRewardModel,
+from jaxtree.scorers.prm import (OBSERVATION_UNKNOWN, SEPARATOR, PrmScorer, ProcessRewardModel,
                                  Step, aggregate, replayed_steps, serialize, step_scores_at,
                                  task_start)
-from jaxtree.rollout.prm_io import PRM_FILE, load_prm, save_prm
-from jaxtree.rollout.scorers import SCORERS, PrmConfig
+from jaxtree.scorers.prm_io import PRM_FILE, load_prm, save_prm
+from jaxtree.scorers import SCORERS, PrmConfig
 from jaxtree.rollout.strategies.patr import PatrConfig, sample_patr
 from jaxtree.tokenizers import ByteTokenizer
-from jaxtree.train import prm_training
-from jaxtree.train.prm_training import PrmTrainConfig
+from jaxtree.scorers import prm_training
+from jaxtree.train import jobs
+from jaxtree.train.sft import make_optimizer
+from jaxtree.scorers.prm_training import PrmTrainConfig
 from test_patr import ScriptedEngine
 
 TOK = ByteTokenizer()
@@ -296,7 +298,8 @@ def trained(tmp_path_factory):
                               batch_size=2, warmup_steps=1, log_every=2)
     workdir = str(tmp_path_factory.mktemp("train_prm"))
     make_env = lambda: environments.make("frozen_lake", style="compact")
-    return workdir, prm_training.fit_prm(settings, policy, make_env, workdir)
+    optimizer = make_optimizer(settings.learning_rate, settings.warmup_steps, settings.steps)
+    return workdir, prm_training.fit_prm(settings, policy, make_env, workdir, optimizer)
 
 
 def test_train_prm_writes_a_loadable_prm_and_its_metrics(trained):
@@ -317,11 +320,11 @@ def test_train_prm_config_fails_naming_the_field():
     from jaxtree.experiment import sibling_config
     config = sibling_config(os.path.join(os.path.dirname(__file__), "..", "configs", "x.py"),
                             "frozen_lake_prm")
-    exp, settings = prm_training.read_config(config)
+    exp, settings = jobs.read_prm_config(config)
     assert settings.labels == "mc" and exp.env.name == "frozen_lake"
     config.prm.labels = "exact"
     with pytest.raises(ConfigError, match=r"config\.prm\.labels: 'exact' is not one of"):
-        prm_training.read_config(config)
+        jobs.read_prm_config(config)
 
 
 # ----------------------------------------------------------------------------- PATR with a PRM

@@ -11,7 +11,8 @@ import pytest
 
 import environments
 from jaxtree import models
-from jaxtree.rollout import RolloutConfig, SlotEngine, sample_independent
+from jaxtree.rollout import RolloutConfig, SlotEngine
+from jaxtree.rollout.strategies import sample_independent
 from jaxtree.rollout import DONE, PRUNED, TRUNCATED, conversation
 from jaxtree.sampling import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import environments
-from jaxtree.rollout.scorer_probe import (ORACLE, RANDOM, heuristic_scores, pairwise_auc,
+from jaxtree.scorers.probe import (ORACLE, RANDOM, heuristic_scores, pairwise_auc,
                                           probe_branches, probe_report, unblended_judge)
 from jaxtree.tokenizers import ByteTokenizer
 

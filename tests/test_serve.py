@@ -24,8 +24,8 @@ from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment, default_config, set_path
 from jaxtree.policy import Policy
 from jaxtree.rollout.engine import RolloutStats
-from jaxtree.rollout.judge_http import COUNTS, HttpJudge, parse_score
-from jaxtree.rollout.scorers import JudgeConfig
+from jaxtree.scorers.judge_http import COUNTS, HttpJudge, parse_score
+from jaxtree.scorers import JudgeConfig
 from jaxtree.rollout.strategies import build_strategy
 from jaxtree.sampling.server import PolicyServer, ServerLimits
 from test_patr import TOK, ScriptedEngine, played_episode

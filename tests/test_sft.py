@@ -15,7 +15,8 @@ import environments
 from hf_reference import CHATML, random_hf_model
 from jaxtree import models
 from jaxtree.policy import load_policy
-from jaxtree.rollout import RolloutConfig, SlotEngine, conversation, sample_independent
+from jaxtree.rollout import RolloutConfig, SlotEngine, conversation
+from jaxtree.rollout.strategies import sample_independent
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
 from jaxtree import checkpoints

@@ -129,8 +129,8 @@ def test_every_experiment_config_validates():
         config = config_flags.config_flags._LoadConfigModule(
             name, os.path.join(ROOT, "configs", name)).get_config()
         if "prm" in config:   # launch.train_prm's config: the experiment and its `prm` section
-            from jaxtree.train.prm_training import read_config
-            exp, _ = read_config(config)
+            from jaxtree.train.jobs import read_prm_config
+            exp, _ = read_prm_config(config)
         else:
             exp = Experiment.from_config(config)
         jobs.check_experiment(exp)

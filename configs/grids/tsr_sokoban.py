@@ -14,7 +14,7 @@ boxes on and off targets): TSR's reward-based scoring for a deterministic puzzle
 docs/results.md.
 """
 
-from jaxtree.train.compare import sibling_grid
+from jaxtree.compare import sibling_grid
 
 
 def get_grid():

@@ -9,7 +9,7 @@ rate 2e-4. The verifier is the constraint check: the move's digit is the unique 
 Metrics: the success rate (SR) and completion rate (CR). Results: docs/results.md.
 """
 
-from jaxtree.train.compare import sibling_grid
+from jaxtree.compare import sibling_grid
 
 
 def get_grid():

@@ -13,7 +13,7 @@ moves are mostly legal (Table 1, Base CR 0.632). MC-PR is left out: on this task
 continuations play 34x the policy's moves per step (docs/results.md). Results: docs/results.md.
 """
 
-from jaxtree.train.compare import sibling_grid
+from jaxtree.compare import sibling_grid
 
 WARM_START_STEPS = 1200
 DEMONSTRATIONS = 8192

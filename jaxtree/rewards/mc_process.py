@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxtree.rewards.base import REWARDS, zero_rewards
-from jaxtree.rollout.scorer_probe import ORACLE, RANDOM, pairwise_auc
+from jaxtree.scorers.probe import ORACLE, RANDOM, pairwise_auc
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 

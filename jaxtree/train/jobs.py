@@ -1,4 +1,4 @@
-"""The warm-start and RL jobs behind `launch.sft` and `launch.train`, callable without flags.
+"""The jobs behind `launch.sft`, `launch.train` and `launch.train_prm`, callable without flags.
 
 Both make their workdir safe to re-run, kill, resume and share by mistake
 (`jaxtree.train.workdir`): everything that can be checked is checked before any work, one job
@@ -24,10 +24,12 @@ from jaxtree.experiment import Experiment
 from jaxtree.parallel import distributed
 from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.conversation import check_prompts_fit
+from jaxtree.scorers.prm_training import LOG_FILE, METRICS_FILE, PRM_DIR, PrmTrainConfig, fit_prm
 from jaxtree.tasks import eval_seeds
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.stop import StopRequest
 from jaxtree.train.trainer import Trainer, check_experiment
+from jaxtree.train.sft import make_optimizer
 from jaxtree.train.warm_start import finished_checkpoint, warm_start
 from jaxtree.utils import report
 
@@ -35,6 +37,7 @@ from jaxtree.utils import report
 SFT_OUTPUTS = ("checkpoints", "sft_metrics.jsonl", workdir_lib.CONFIG_FILE)
 TRAIN_OUTPUTS = ("checkpoints", "sft", "metrics.jsonl", "tensorboard", "train_summary.json",
                  "transcripts", "plots", workdir_lib.CONFIG_FILE, "config_changes.jsonl")
+PRM_OUTPUTS = (PRM_DIR, METRICS_FILE, LOG_FILE, workdir_lib.CONFIG_FILE)
 # Held-out tasks whose first prompts are checked to leave room for an action.
 PROMPT_CHECK_TASKS = 4
 
@@ -164,3 +167,47 @@ def write_summary(workdir: str, result: dict) -> None:
     status = "stopped early: checkpoint saved" if result["preempted"] else "done"
     print(f"train: {status} at step {result['step']} in {result['seconds']:.0f}s; "
           f"{json.dumps(summary)}")
+
+
+def _format(metrics: dict[str, Any]) -> str:
+    auc = "n/a" if metrics["auc"] is None else f"{metrics['auc']:.3f}"
+    return f"BCE {metrics['bce']:.4f}, accuracy {metrics['accuracy']:.3f}, AUC {auc}"
+
+
+def read_prm_config(config) -> tuple[Experiment, PrmTrainConfig]:
+    """(the experiment sections, the `prm` section) of a train_prm config; ConfigError naming
+    the first invalid field."""
+    values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    settings = PrmTrainConfig.from_config(values.pop("prm", None), "prm")
+    return Experiment.from_config(values), settings
+
+
+def train_prm_job(config, workdir: str, overwrite: bool = False) -> dict[str, Any]:
+    """`launch.train_prm`: the metrics of the PRM in <workdir>/prm. A workdir holding this
+    config's finished PRM is left as it is; another config's is refused unless `overwrite`."""
+    exp, settings = read_prm_config(config)
+    workdir = workdir_lib.prepare(workdir)
+    with workdir_lib.WorkdirLock(workdir, "launch.train_prm"):
+        if overwrite:
+            removed = workdir_lib.remove_outputs(workdir, PRM_OUTPUTS)
+            report(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {workdir}")
+        workdir_lib.record_config(workdir, {**exp.to_dict(), "prm": settings.to_dict()},
+                                  defaults={**exp.defaults(), "prm": type(settings).defaults()})
+        done = os.path.join(workdir, METRICS_FILE)
+        if os.path.exists(done) and os.path.isdir(os.path.join(workdir, PRM_DIR)):
+            with open(done) as f:
+                results = json.load(f)
+            print(f"train_prm: {workdir} already holds this PRM (--overwrite trains anew)")
+        else:
+            optimizer = make_optimizer(settings.learning_rate, settings.warmup_steps,
+                                       settings.steps, settings.weight_decay,
+                                       settings.max_grad_norm)
+            results = fit_prm(settings, exp.model.load(training=True), exp.env.factory(), workdir,
+                              optimizer)
+    print(f"train_prm: '{settings.labels}' labels, {settings.steps} steps, "
+          f"{results['seconds']:.0f}s -> {os.path.join(workdir, PRM_DIR)}")
+    print(f"  train:    {_format(results['train'])}")
+    heuristic = results["heldout"]["heuristic_auc"]
+    print(f"  held-out: {_format(results['heldout'])} (environment heuristic AUC "
+          f"{'n/a' if heuristic is None else f'{heuristic:.3f}'})")
+    return results

@@ -18,7 +18,7 @@ import jax
 import environments
 from jaxtree.policy import load_policy
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.rollout import sample_independent
+from jaxtree.rollout.strategies import sample_independent
 from jaxtree.rollout.strategies.mc_values import sample_with_values
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.utils import print_table

@@ -17,7 +17,7 @@ import jax
 import environments
 from jaxtree import models
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.rollout import sample_independent
+from jaxtree.rollout.strategies import sample_independent
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 from jaxtree.utils import print_table

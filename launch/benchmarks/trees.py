@@ -26,7 +26,7 @@ import numpy as np
 import environments
 from jaxtree.policy import load_policy
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.rollout.scorers import SCORERS
+from jaxtree.scorers import SCORERS
 from jaxtree.rollout.slots import init_slots, prefill_slots, read_slots
 from jaxtree.rollout.strategies.patr import PatrConfig, sample_patr
 from jaxtree.rollout.strategies.tsr import BeamConfig, LookaheadConfig, sample_beam

@@ -49,7 +49,7 @@ import numpy as np
 
 from jaxtree.config import Section, between, one_of, option, positive, require
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.scorers import SCORERS
+from jaxtree.scorers import SCORERS
 from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
                                              share_key, start_trees, tree_group_metrics)
 from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch

@@ -3,7 +3,7 @@
 A process reward model (PRM) is a jaxtree transformer backbone with a linear score head on its
 final hidden states (after the final norm): hidden [D] -> logits [N]. With N = 1 label the step
 score is sigmoid(logit) (Skywork-PRM's value head); with N = 2 it is the softmax probability of
-label 1 (a two-class token classifier). Checkpoints: `jaxtree.rollout.prm_io`.
+label 1 (a two-class token classifier). Checkpoints: `jaxtree.scorers.prm_io`.
 
 Serialization of a partial trajectory (PATR §4.2: "problem-response format"): the problem is the
 task prompt as the policy saw it (the environment's instructions and first observation,

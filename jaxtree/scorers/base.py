@@ -13,10 +13,10 @@ budget; they never enter the reward.
 Registered: `heuristic`, the environment's own `process_score()` (PATR's FrozenLake progress
 heuristic: accumulated step rewards and the shortest-path distance to the goal, holes blocked);
 `judge`, PATR's LLM judge blended with the heuristic (Eq. 8), run in process by a jaxtree policy
-(`jaxtree.rollout.judge`) or asked on an OpenAI-compatible server (`backend='http'`, e.g.
+(`jaxtree.scorers.judge`) or asked on an OpenAI-compatible server (`backend='http'`, e.g.
 `launch.serve`; failures fall back to a fixed score and are counted,
-`jaxtree.rollout.judge_http`); `prm`, PATR-PRM: a process reward model's step scores of the
-recent steps, aggregated by Eq. 7 (`jaxtree.rollout.prm`).
+`jaxtree.scorers.judge_http`); `prm`, PATR-PRM: a process reward model's step scores of the
+recent steps, aggregated by Eq. 7 (`jaxtree.scorers.prm`).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def judge(settings: JudgeConfig) -> Scorer:
     The returned scorer's `metrics()` gives the HTTP backend's counts since its previous call
     (`judge_http.HttpJudge.metrics`); the in-process judge has none ({})."""
     if settings.backend == "http":
-        from jaxtree.rollout.judge_http import HttpJudge
+        from jaxtree.scorers.judge_http import HttpJudge
         scorer = HttpJudge(settings.url, settings.served_model or settings.model,
                            settings.weight, settings.recent_turns, settings.timeout_s,
                            settings.retries, settings.fallback_score, settings.max_tokens,
@@ -115,7 +115,7 @@ def judge(settings: JudgeConfig) -> Scorer:
         metrics = scorer.metrics
     else:
         from jaxtree.policy import load_policy
-        from jaxtree.rollout.judge import JudgeScorer
+        from jaxtree.scorers.judge import JudgeScorer
         scorer = JudgeScorer(load_policy(settings.model), settings.weight,
                              settings.recent_turns, settings.max_prompt_tokens)
         metrics = dict
@@ -128,7 +128,7 @@ def judge(settings: JudgeConfig) -> Scorer:
 
 
 def _prm_aggregations() -> tuple[str, ...]:
-    from jaxtree.rollout.prm import AGGREGATIONS  # read at check time: the config stays light
+    from jaxtree.scorers.prm import AGGREGATIONS  # read at check time: the config stays light
     return AGGREGATIONS
 
 
@@ -153,10 +153,10 @@ class PrmConfig(Section):
 @SCORERS.register("prm", PrmConfig)
 def prm(settings: PrmConfig) -> Scorer:
     """PATR-PRM (§4.2, Eq. 7): a process reward model scores each of the recent steps at its
-    boundary; the branch score aggregates them (`jaxtree.rollout.prm`)."""
+    boundary; the branch score aggregates them (`jaxtree.scorers.prm`)."""
     from jaxtree.config import ConfigError
-    from jaxtree.rollout.prm import PrmScorer
-    from jaxtree.rollout.prm_io import load_prm
+    from jaxtree.scorers.prm import PrmScorer
+    from jaxtree.scorers.prm_io import load_prm
     field = "rollout.patr.prm.model"
     if not settings.model:
         raise ConfigError(field, "'' names no PRM: give a PRM directory (e.g. "

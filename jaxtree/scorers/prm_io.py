@@ -38,7 +38,7 @@ from safetensors.numpy import save_file
 from jaxtree.models import hf_io
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.hf_io import CheckpointError
-from jaxtree.rollout.prm import LABEL_COUNTS, ProcessRewardModel, backbone_of
+from jaxtree.scorers.prm import LABEL_COUNTS, ProcessRewardModel, backbone_of
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
 
 PRM_FILE = "jaxtree_prm.json"

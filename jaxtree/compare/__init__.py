@@ -25,14 +25,14 @@ Layout of an output directory:
     <out>/results.md, results.json, curves_<metric>.png
 """
 
-from jaxtree.train.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid, sibling_grid
-from jaxtree.train.compare.job import run_compare
-from jaxtree.train.compare.plan import WARM_START_FIELDS, Artifact, Run, WarmStart, plan_runs, \
+from jaxtree.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid, sibling_grid
+from jaxtree.compare.job import run_compare
+from jaxtree.compare.plan import WARM_START_FIELDS, Artifact, Run, WarmStart, plan_runs, \
     render_value, warm_start_key, warm_start_overrides
-from jaxtree.train.compare.results import Interval, aggregate, markdown_table, mean_ci, \
+from jaxtree.compare.results import Interval, aggregate, markdown_table, mean_ci, \
     t_quantile, write_results
-from jaxtree.train.compare.runner import Runner, SubprocessRunner, log_tail
-from jaxtree.train.compare.runs import Failure, check_recorded, execute
+from jaxtree.compare.runner import Runner, SubprocessRunner, log_tail
+from jaxtree.compare.runs import Failure, check_recorded, execute
 
 __all__ = [
     "DEFAULT_METRICS", "WARM_START_FIELDS", "Artifact", "Failure", "Grid", "GridError", "Interval", "Run",

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from jaxtree.train.compare.grid import REPO_ROOT
+from jaxtree.compare.grid import REPO_ROOT
 
 Runner = Callable[[list, str, str], int]
 

@@ -8,12 +8,12 @@ import shlex
 import sys
 from typing import Callable, Sequence, TextIO
 
-from jaxtree.train.compare.grid import GridError, load_grid
-from jaxtree.train.compare.plan import Run, plan_runs
-from jaxtree.train.compare.results import aggregate, aggregation_seeds, markdown_table, \
+from jaxtree.compare.grid import GridError, load_grid
+from jaxtree.compare.plan import Run, plan_runs
+from jaxtree.compare.results import aggregate, aggregation_seeds, markdown_table, \
     metric_file_name, write_results
-from jaxtree.train.compare.runner import Runner, SubprocessRunner, stop_requested
-from jaxtree.train.compare.runs import Failure, OutputLock, check_recorded, execute, is_built, \
+from jaxtree.compare.runner import Runner, SubprocessRunner, stop_requested
+from jaxtree.compare.runs import Failure, OutputLock, check_recorded, execute, is_built, \
     run_state
 
 

@@ -17,7 +17,7 @@ ten digits). It is the mean of the score the judge would write (to one decimal),
 parsing and cannot be malformed. The heuristic is the environment's `process_score`.
 
 The judge's chat (`judge_messages`) and the blend (`blend_with_heuristic`) are shared with the
-HTTP backend (`jaxtree.rollout.judge_http`), which asks a judge on an OpenAI-compatible server.
+HTTP backend (`jaxtree.scorers.judge_http`), which asks a judge on an OpenAI-compatible server.
 
 Phase selection (App. B) looks at the recent actions: test runs or pass/fail words ->
 verification; file modifications -> editing; searches, file reads, tracebacks -> diagnosis; else

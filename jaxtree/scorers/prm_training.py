@@ -21,7 +21,7 @@ parent's RNG state, so unseeded copies would all slip the same way.
 
 Model. The PRM is `model.name`'s backbone (the `tiny` preset's random initialisation, or a
 warm-start policy checkpoint) with a new linear head (one label, sigmoid). Inputs are serialized
-exactly as the scorer serializes live branches (`jaxtree.rollout.prm`); an episode longer than
+exactly as the scorer serializes live branches (`jaxtree.scorers.prm`); an episode longer than
 `recent_steps` gives several windows of at most `recent_steps` steps, the last one ending at its
 last step. The loss is binary cross-entropy (soft labels) at the step-boundary positions only,
 AdamW with warm-up and cosine decay.
@@ -30,7 +30,7 @@ Metrics (log and <workdir>/prm_metrics.json): BCE, accuracy (score and label on 
 of 0.5) and ROC AUC of the step scores against the labels thresholded at 0.5, on training
 episodes and on held-out ones (the evaluation seeds, disjoint from the training seeds); with the
 environment's own heuristic `process_score` AUC on the held-out steps as a baseline. The PRM is
-saved to <workdir>/prm (`jaxtree.rollout.prm_io`).
+saved to <workdir>/prm (`jaxtree.scorers.prm_io`).
 """
 
 from __future__ import annotations
@@ -50,23 +50,19 @@ from tqdm import tqdm
 
 from environments.base import TextEnv
 from jaxtree.config import Section, between, one_of, option, positive, require
-from jaxtree.experiment import Experiment
 from jaxtree.models.config import ModelConfig
 from jaxtree.policy import Policy
-from jaxtree.rollout.prm import (ProcessRewardModel, Serialized, Step, backbone_of,
+from jaxtree.scorers.prm import (ProcessRewardModel, Serialized, Step, backbone_of,
                                  batch_step_scores, head_logits, new_head, score_logits,
                                  serialize)
-from jaxtree.rollout.prm_io import save_prm
+from jaxtree.scorers.prm_io import save_prm
 from jaxtree.tasks import eval_seeds, train_seeds
-from jaxtree.train import workdir as workdir_lib
-from jaxtree.train.sft import make_optimizer
 from jaxtree.utils import report, round_up
 
 LABELS = ("mc", "oracle")
 PRM_DIR = "prm"
 METRICS_FILE = "prm_metrics.json"
 LOG_FILE = "prm_train_metrics.jsonl"
-OUTPUTS = (PRM_DIR, METRICS_FILE, LOG_FILE, workdir_lib.CONFIG_FILE)
 EVAL_ROWS = 32   # rows per scoring forward in the evaluations
 
 
@@ -301,9 +297,10 @@ def label_episodes(make_env: Callable[[], TextEnv], seeds: Sequence[int],
 
 
 def fit_prm(settings: PrmTrainConfig, policy: Policy, make_env: Callable[[], TextEnv],
-            workdir: str) -> dict[str, Any]:
-    """Labels episodes, trains the PRM, evaluates it, saves it to <workdir>/prm and its metrics
-    to <workdir>/prm_metrics.json; returns the metrics."""
+            workdir: str, optimizer: optax.GradientTransformation) -> dict[str, Any]:
+    """Labels episodes, trains the PRM with `optimizer` (the job's AdamW schedule of the
+    settings' learning rate, warm-up and steps), evaluates it, saves it to <workdir>/prm and its
+    metrics to <workdir>/prm_metrics.json; returns the metrics."""
     s = settings
     start = time.perf_counter()
     rng = np.random.default_rng(s.seed)
@@ -319,8 +316,6 @@ def fit_prm(settings: PrmTrainConfig, policy: Policy, make_env: Callable[[], Tex
            f"label mean {np.mean([l for e in train for l in e.labels]):.3f}")
 
     prm = new_prm(policy, s.seed)
-    optimizer = make_optimizer(s.learning_rate, s.warmup_steps, s.steps, s.weight_decay,
-                               s.max_grad_norm)
     params, opt_state = prm.params, optimizer.init(prm.params)
     # One width for every batch: one compilation (a random batch's longest window is near the
     # longest of all anyway).
@@ -355,46 +350,4 @@ def fit_prm(settings: PrmTrainConfig, policy: Policy, make_env: Callable[[], Tex
     with open(os.path.join(workdir, METRICS_FILE) + ".tmp", "w") as f:
         json.dump(results, f, indent=2)
     os.replace(os.path.join(workdir, METRICS_FILE) + ".tmp", os.path.join(workdir, METRICS_FILE))
-    return results
-
-
-# ----------------------------------------------------------------------------- the job
-
-def _format(metrics: dict[str, Any]) -> str:
-    auc = "n/a" if metrics["auc"] is None else f"{metrics['auc']:.3f}"
-    return f"BCE {metrics['bce']:.4f}, accuracy {metrics['accuracy']:.3f}, AUC {auc}"
-
-
-def read_config(config) -> tuple[Experiment, PrmTrainConfig]:
-    """(the experiment sections, the `prm` section) of a train_prm config; ConfigError naming
-    the first invalid field."""
-    values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-    settings = PrmTrainConfig.from_config(values.pop("prm", None), "prm")
-    return Experiment.from_config(values), settings
-
-
-def train_prm_job(config, workdir: str, overwrite: bool = False) -> dict[str, Any]:
-    """`launch.train_prm`: the metrics of the PRM in <workdir>/prm. A workdir holding this
-    config's finished PRM is left as it is; another config's is refused unless `overwrite`."""
-    exp, settings = read_config(config)
-    workdir = workdir_lib.prepare(workdir)
-    with workdir_lib.WorkdirLock(workdir, "launch.train_prm"):
-        if overwrite:
-            removed = workdir_lib.remove_outputs(workdir, OUTPUTS)
-            report(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {workdir}")
-        workdir_lib.record_config(workdir, {**exp.to_dict(), "prm": settings.to_dict()},
-                                  defaults={**exp.defaults(), "prm": type(settings).defaults()})
-        done = os.path.join(workdir, METRICS_FILE)
-        if os.path.exists(done) and os.path.isdir(os.path.join(workdir, PRM_DIR)):
-            with open(done) as f:
-                results = json.load(f)
-            print(f"train_prm: {workdir} already holds this PRM (--overwrite trains anew)")
-        else:
-            results = fit_prm(settings, exp.model.load(training=True), exp.env.factory(), workdir)
-    print(f"train_prm: '{settings.labels}' labels, {settings.steps} steps, "
-          f"{results['seconds']:.0f}s -> {os.path.join(workdir, PRM_DIR)}")
-    print(f"  train:    {_format(results['train'])}")
-    heuristic = results["heldout"]["heuristic_auc"]
-    print(f"  held-out: {_format(results['heldout'])} (environment heuristic AUC "
-          f"{'n/a' if heuristic is None else f'{heuristic:.3f}'})")
     return results

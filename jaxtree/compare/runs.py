@@ -10,9 +10,9 @@ import shlex
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from jaxtree.train.compare.grid import GridError, display_path
-from jaxtree.train.compare.plan import Run, WarmStart, jsonable
-from jaxtree.train.compare.runner import Runner, log_tail, stop_requested
+from jaxtree.compare.grid import GridError, display_path
+from jaxtree.compare.plan import Run, WarmStart, jsonable
+from jaxtree.compare.runner import Runner, log_tail, stop_requested
 from jaxtree.train.metrics import METRICS_FILE
 from jaxtree.train.workdir import WorkdirError, WorkdirLock
 

@@ -11,7 +11,7 @@ import shlex
 import sys
 from typing import Any, ClassVar, Mapping, Sequence
 
-from jaxtree.train.compare.grid import ARTIFACT_REFERENCE, WARM_START_REFERENCE, Grid, GridError, \
+from jaxtree.compare.grid import ARTIFACT_REFERENCE, WARM_START_REFERENCE, Grid, GridError, \
     display_path
 
 # The overrides that change the warm start: a key ending in "." is a prefix, any other is exact.

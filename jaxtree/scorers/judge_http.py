@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxtree.rollout.episode import Episode
-from jaxtree.rollout.judge import blend_with_heuristic, judge_messages
+from jaxtree.scorers.judge import blend_with_heuristic, judge_messages
 
 # The counts `metrics()` reports (per HTTP attempt, except `fallbacks`: per branch scored).
 COUNTS = ("requests", "malformed", "timeouts", "unreachable", "http_errors", "fallbacks")

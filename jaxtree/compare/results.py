@@ -11,9 +11,9 @@ import os
 import re
 from typing import Iterable, Mapping, Sequence
 
-from jaxtree.train.compare.grid import Grid, GridError
-from jaxtree.train.compare.plan import Run, jsonable
-from jaxtree.train.compare.runs import is_finished, write_json
+from jaxtree.compare.grid import Grid, GridError
+from jaxtree.compare.plan import Run, jsonable
+from jaxtree.compare.runs import is_finished, write_json
 from jaxtree.train.metrics import METRICS_FILE, read_metrics
 from jaxtree.train.plots import series
 

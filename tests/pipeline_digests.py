@@ -8,6 +8,7 @@ metrics (wall-clock timings left out) and a hash of the final parameters' bytes.
 `tests/data/pipeline_digests.json`.
 
     python tests/pipeline_digests.py --write [case ...]     # record (all cases by default)
+    python tests/pipeline_digests.py --check [case ...]     # compare, naming what differs
 """
 
 from __future__ import annotations
@@ -136,23 +137,50 @@ def run_case(name: str, warm_start: dict[str, str], workdir: str) -> dict:
                                   "params": params_digest(params)}))
 
 
+def differences(stored: dict, fresh: dict) -> list[str]:
+    """What a fresh digest changed: every stored metric that differs or is missing, and the
+    parameters (metrics a run adds beyond the stored ones are not differences)."""
+    out = []
+    if len(fresh["metrics"]) != len(stored["metrics"]):
+        out.append(f"{len(fresh['metrics'])} metric records, stored {len(stored['metrics'])}")
+    for old, new in zip(stored["metrics"], fresh["metrics"]):
+        for key, value in old.items():
+            if key not in new:
+                out.append(f"step {old.get('step')}: {key} missing")
+            elif new[key] != value:
+                out.append(f"step {old.get('step')}: {key} {new[key]!r}, stored {value!r}")
+    if fresh["params"] != stored["params"]:
+        out.append("final parameters differ")
+    return out
+
+
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] != "--write":
+    if not argv or argv[0] not in ("--write", "--check"):
         raise SystemExit(__doc__)
     names = argv[1:] or list(CASES)
     stored = {}
     if os.path.exists(DIGESTS):
         with open(DIGESTS) as f:
             stored = json.load(f)
+    failed = False
     with tempfile.TemporaryDirectory() as tmp:
         warm_start = warm_starts(tmp)
         for name in names:
-            stored[name] = run_case(name, warm_start, os.path.join(tmp, name))
-            print(name, stored[name]["params"][:16], flush=True)
-    os.makedirs(os.path.dirname(DIGESTS), exist_ok=True)
-    with open(DIGESTS, "w") as f:
-        json.dump(stored, f, indent=1, sort_keys=True)
-        f.write("\n")
+            fresh = run_case(name, warm_start, os.path.join(tmp, name))
+            if argv[0] == "--write":
+                stored[name] = fresh
+                print(name, fresh["params"][:16], flush=True)
+            else:
+                diff = differences(stored[name], fresh)
+                failed |= bool(diff)
+                print(name, "same" if not diff else "DIFFERS: " + "; ".join(diff[:5]),
+                      flush=True)
+    if argv[0] == "--write":
+        os.makedirs(os.path.dirname(DIGESTS), exist_ok=True)
+        with open(DIGESTS, "w") as f:
+            json.dump(stored, f, indent=1, sort_keys=True)
+            f.write("\n")
+    raise SystemExit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["jaxtree", "jaxtree.*", "launch", "launch.*",
                                     "environments", "environments.*"]),
+    # mini-SWE's built-in task bank: data read by environments/mini_swe_tasks.py (its .py files
+    # are task sources, not modules of the package), in the task_dir format the loader reads.
+    package_data={"environments": ["mini-swe-tasks/README.md", "mini-swe-tasks/order.txt",
+                                   "mini-swe-tasks/*/*.py", "mini-swe-tasks/*/task.json",
+                                   "mini-swe-tasks/*/hidden.txt"]},
     install_requires=[
         "jax>=0.8",
         "flax>=0.10",

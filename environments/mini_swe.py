@@ -1,21 +1,24 @@
 """mini-SWE: repair a planted bug in a small Python repository, SWE-agent style, in a sandbox.
 
 The SWE setting of RTMC (§4, R2E-Gym tools) and PATR (App. A-B, SWE-bench) shrunk to seconds per
-episode: a task is one module of `environments.mini_swe_tasks` (a helper and a main module for
-two-file tasks) with one seeded bug that makes its visible tests fail; the agent inspects, edits,
-tests and submits, and wins when the hidden tests (the visible test functions plus extra cases)
-pass at `submit`.
+episode: a task is one module of the built-in bank (environments/mini-swe-tasks/, read by
+mini_swe_tasks; a helper and a main module for two-file tasks) with one seeded bug
+(mini_swe_mutations) that makes its visible tests fail; the agent inspects, edits, tests and
+submits, and wins when the hidden tests (the visible test functions plus extra cases) pass at
+`submit`.
 
 Tasks. `reset(seed)` draws, from self.rng: the module (uniformly from the split's modules; a
 two-file task with probability `two_file`), a mutation operator (uniformly among those of
 `operators` with at least one valid site in the module) and a site (uniformly among that
-operator's valid mutations, mini_swe_tasks.valid_mutations). The same seed always gives the same
-task. `split="train"` (default) draws from the training modules, `split="test"` from the fixed
-held-out ones (mini_swe_tasks.SPLITS; configure evaluations with `env.eval_options:
-{split: test}`). `module=` pins one module (tests, demos). `task_dir=` draws from tasks of your
-own code instead of the bank: one subdirectory per task with its Python files, one visible
-`test_*.py` file and an optional `task.json` (main module, bug target, hidden cases, split;
-mini_swe_tasks.load_task); the same mutation operators plant the bug.
+operator's valid mutations, mini_swe_mutations.valid_mutations), each from a list in a fixed
+order (modules in the bank's order.txt order), so the same seed always gives the same task.
+`split="train"` (default) draws from the training modules, `split="test"` from the fixed held-out
+ones (mini_swe_tasks.SPLITS; configure evaluations with `env.eval_options: {split: test}`).
+`module=` pins one module (tests, demos). `task_dir=` draws from tasks of your own code instead
+of the bank, written in the bank's format (mini_swe_tasks): one subdirectory per task with its
+Python files, one visible `test_*.py` file and an optional `task.json` (main module, bug target,
+hidden cases, split); every task of the split is drawn alike; the same mutation operators plant
+the bug.
 
 Actions (one per turn; chat style wraps them in <answer></answer>, compact style writes them bare)
   view FILE [START END]   FILE with line numbers, or lines START..END (END may pass the end);
@@ -104,7 +107,7 @@ Method queries
                   state, and the next state's flags record it.
   canonical_state a digest of the files, the lines seen and whether tests ran since the last edit.
 
-Parameters: split="train", two_file=0.0, operators=None (all of mini_swe_tasks.OPERATORS),
+Parameters: split="train", two_file=0.0, operators=None (all of mini_swe_mutations.OPERATORS),
 module=None, max_steps=12, format_penalty=-0.1, max_output_chars=2000, time_limit=10.0 (s, wall),
 cpu_limit=3 (s), memory_mb=512, strict_sandbox=True, cache_runs=True, action_signatures="text",
 style="chat".
@@ -127,6 +130,7 @@ import threading
 
 import numpy as np
 
+from environments import mini_swe_mutations as mutations
 from environments import mini_swe_tasks as tasks
 from environments.base import TextEnv, is_int
 from environments.mini_swe_sandbox import Sandbox, Workspace
@@ -286,12 +290,12 @@ class MiniSWE(TextEnv):
         if isinstance(two_file, bool) or not isinstance(two_file, (int, float)) \
                 or not 0.0 <= two_file <= 1.0:
             raise ValueError(f"two_file={two_file!r}: expected a fraction in [0, 1]")
-        operators = tuple(tasks.OPERATORS if operators is None else operators)
-        unknown = [op for op in operators if op not in tasks.OPERATORS]
+        operators = tuple(mutations.OPERATORS if operators is None else operators)
+        unknown = [op for op in operators if op not in mutations.OPERATORS]
         if unknown or not operators:
             raise ValueError(f"operators={operators!r}: expected a non-empty subset of "
-                             f"{tasks.OPERATORS}")
-        # Tasks of your own code (tasks.load_task); the bank otherwise.
+                             f"{mutations.OPERATORS}")
+        # Tasks of your own code (tasks.load_task_directory); the bank otherwise.
         self._own: dict[str, tasks.Task] | None = None
         if task_dir is not None:
             if two_file:
@@ -320,7 +324,7 @@ class MiniSWE(TextEnv):
                                strict=strict_sandbox)
         self._workspace: Workspace | None = None
         self.task: tasks.Task | None = None
-        self.mutation: tasks.Mutation | None = None
+        self.mutation: mutations.Mutation | None = None
         self._failing: tuple[str, ...] = ()
         self._files: dict[str, str] = {}
         self._seen: dict[str, frozenset] = {}
@@ -381,7 +385,7 @@ class MiniSWE(TextEnv):
             pool = singles
         for _ in range(1000):
             task = self._tasks[pool[int(self.rng.integers(len(pool)))]]
-            available = tasks.by_operator(task)
+            available = mutations.by_operator(task)
             operators = [op for op in self.operators if op in available]
             if operators:
                 break

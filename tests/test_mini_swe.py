@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import environments
+from environments import mini_swe_inprocess as inprocess
+from environments import mini_swe_mutations as mutations
 from environments import mini_swe_tasks as tasks
 from environments.mini_swe import Command, MiniSWE, rtmc_action_signature, truncate
 from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, sweep_stale_roots
@@ -58,11 +60,13 @@ def snapshot(env):
 
 
 def test_bank_modules_splits_and_sources():
-    assert len(tasks.SINGLE) >= 30 and len(tasks.PAIRS) >= 6
+    single = {n for n, task in tasks.TASKS.items() if not task.two_file}
+    pairs = {n for n, task in tasks.TASKS.items() if task.two_file}
+    assert len(single) >= 30 and len(pairs) >= 6
     train_single, train_pairs = tasks.SPLITS["train"]
     test_single, test_pairs = tasks.SPLITS["test"]
-    assert set(train_single) | set(test_single) == set(tasks.SINGLE)
-    assert set(train_pairs) | set(test_pairs) == set(tasks.PAIRS)
+    assert set(train_single) | set(test_single) == single
+    assert set(train_pairs) | set(test_pairs) == pairs
     assert not set(train_single + train_pairs) & set(test_single + test_pairs)
     assert len(test_single) >= 6 and len(test_pairs) >= 2
     names = set()
@@ -84,22 +88,44 @@ def test_bank_modules_splits_and_sources():
         assert task.hidden
 
 
+def test_the_bank_is_a_task_directory_read_by_the_task_dir_loader():
+    """One task format: the built-in bank is the directory BANK_DIR, read by the loader that
+    `task_dir=` uses (in its order.txt order, files exactly as stored), and `task_dir=` pointed at
+    it draws the bank's tasks. Its files are data, not a package."""
+    bank = Path(tasks.BANK_DIR)
+    assert list(tasks.TASKS) == (bank / tasks.ORDER_FILE).read_text().split()
+    loaded = tasks.load_task_directory(tasks.BANK_DIR)
+    for split, (single, pairs) in tasks.SPLITS.items():
+        assert tuple(t.name for t in loaded[split]) == tuple(
+            n for n in tasks.TASKS if n in single + pairs)
+        assert all(t == tasks.TASKS[t.name] for t in loaded[split])
+        assert [t.name for t in loaded[split] if not t.two_file] == list(single)
+    for task in tasks.TASKS.values():
+        assert {p.name: p.read_text() for p in (bank / task.name).glob("*.py")} == task.sources
+    assert not list(bank.rglob("__init__.py"))
+    env = make(task_dir=tasks.BANK_DIR, split="test")
+    assert env._tasks == {t.name: t for t in loaded["test"]}
+    env.reset(0)
+    assert oracle_play(env)[-1]["success"]
+    env.close()
+
+
 def test_every_task_fails_before_and_the_oracle_fix_passes_every_test():
-    """All tasks of both splits, every kept mutation, in process (no sandbox): the visible tests
-    fail on the mutant; the oracle's edit (the inverse mutation) makes the visible and the hidden
-    tests pass."""
-    counts = dict.fromkeys(tasks.OPERATORS, 0)
+    """All tasks of both splits, every kept mutation, in process (no sandbox): the unmodified code
+    passes its visible tests and hidden cases; at least one visible test fails on each mutant; the
+    oracle's edit (the inverse mutation) makes the visible and the hidden tests pass again."""
+    counts = dict.fromkeys(mutations.OPERATORS, 0)
     for name, task in tasks.TASKS.items():
-        assert tasks.run_in_process(task, task.sources, hidden=True).ok, name
+        assert inprocess.run_in_process(task, task.sources, hidden=True).ok, name
         env = make(module=name)
         env.reset(0)
-        kept = tasks.valid_mutations(task)
+        kept = mutations.valid_mutations(task)
         assert kept, name
         for mutation, failing in kept:
             counts[mutation.operator] += 1
             mutant = mutation.apply(task.sources[task.target])
-            outcome = tasks.run_in_process(task, {**task.sources, task.target: mutant})
-            assert outcome.failed == failing and not outcome.looped, mutation
+            outcome = inprocess.run_in_process(task, {**task.sources, task.target: mutant})
+            assert failing and outcome.failed == failing and not outcome.looped, mutation
             env._files = {**task.sources, task.target: mutant}
             env._seen = {n: frozenset(range(1, 1000)) for n in env._files}  # skip the view
             fix = env.oracle_action()
@@ -108,8 +134,8 @@ def test_every_task_fails_before_and_the_oracle_fix_passes_every_test():
             fixed = env._files[task.target].split("\n")
             fixed[fix.start - 1:fix.end] = fix.text.split("\n") if fix.text else []
             fixed = "\n".join(fixed)
-            assert tasks.run_in_process(task, {**task.sources, task.target: fixed},
-                                        hidden=True).ok, mutation
+            assert inprocess.run_in_process(task, {**task.sources, task.target: fixed},
+                                            hidden=True).ok, mutation
         env.close()
     assert all(n >= 20 for n in counts.values()), counts
 
@@ -117,21 +143,21 @@ def test_every_task_fails_before_and_the_oracle_fix_passes_every_test():
 def test_mutations_are_single_sites_of_their_operator():
     task = tasks.TASKS["wordwrap"]
     source = task.sources[task.target]
-    for mutation, _ in tasks.valid_mutations(task):
-        assert mutation.operator in tasks.OPERATORS
+    for mutation, _ in mutations.valid_mutations(task):
+        assert mutation.operator in mutations.OPERATORS
         assert source.split("\n")[mutation.start - 1:mutation.end] == list(mutation.old_lines)
         if mutation.operator == "dropped_branch" and not mutation.new_lines:
             assert mutation.old_lines[0].lstrip().startswith(("if ", "elif ", "else"))
         else:
             assert len(mutation.old_lines) == len(mutation.new_lines) == 1
-    examples = {m.description for m, _ in tasks.valid_mutations(task)}
+    examples = {m.description for m, _ in mutations.valid_mutations(task)}
     assert "<= -> < on line 12" in examples and "elif removed (lines 12-13)" in examples
 
 
-@pytest.mark.parametrize("operator", tasks.OPERATORS)
+@pytest.mark.parametrize("operator", mutations.OPERATORS)
 def test_each_operator_fails_the_tests_and_the_oracle_fixes_it_through_step(operator):
     module = next(n for n in tasks.SPLITS["train"][0]
-                  if operator in tasks.by_operator(tasks.TASKS[n]))
+                  if operator in mutations.by_operator(tasks.TASKS[n]))
     env = make(module=module, operators=[operator])
     env.reset(1)
     assert env.mutation.operator == operator
@@ -836,6 +862,58 @@ def test_tasks_of_your_own_code_are_mutated_and_repaired_by_the_oracle(tmp_path)
         make(task_dir=str(tmp_path), split="test", two_file=0.5)
 
 
+SWAP = '''
+"""Pairs."""
+
+
+def swap(pair):
+    return pair[1], pair[0]
+'''
+
+SWAP_TESTS = '''
+from pairs import swap
+
+
+def test_swap():
+    assert swap((1, 2)) == (2, 1)
+'''
+
+
+def _swap_task(root, name, **files):
+    """A single-file task directory; `files` adds more files (hidden_txt= writes hidden.txt,
+    task_json= task.json)."""
+    path = Path(root, name)
+    path.mkdir(parents=True)
+    (path / "pairs.py").write_text(textwrap.dedent(SWAP))
+    (path / "test_pairs.py").write_text(textwrap.dedent(SWAP_TESTS))
+    for key, text in files.items():
+        (path / key.replace("_", ".")).write_text(text)
+    return path
+
+
+def test_hidden_cases_as_python_literals_and_the_order_of_tasks(tmp_path):
+    """hidden.txt holds hidden cases as Python literals: a tuple stays a tuple (JSON has none, and
+    hidden cases compare types); order.txt fixes the order tasks are listed and drawn in."""
+    as_json = json.dumps({"hidden": [["swap", [[1, 2]], [2, 1]]]})
+    with pytest.raises(ValueError, match="1 hidden case"):  # a list is not the tuple returned
+        tasks.load_task(str(_swap_task(tmp_path / "json", "swap_json", task_json=as_json)))
+    cases = (("swap", ((1, 2),), (2, 1)), ("swap", (("a", None),), (None, "a")))
+    literals = "# a tuple in, a tuple out\n\n" + "".join(f"{case!r}\n" for case in cases)
+    for name in ("swap_b", "swap_a"):
+        _swap_task(tmp_path / "own", name, hidden_txt=literals)
+    assert [t.name for t in tasks.load_task_directory(str(tmp_path / "own"))["train"]] == [
+        "swap_a", "swap_b"]  # no order.txt: by name
+    (tmp_path / "own" / "order.txt").write_text("swap_b\nswap_a\n")
+    loaded = tasks.load_task_directory(str(tmp_path / "own"))["train"]
+    assert [t.name for t in loaded] == ["swap_b", "swap_a"]
+    assert loaded[0].hidden == loaded[1].hidden == cases
+    assert repr(loaded[0].hidden) == repr(cases)  # tuples, not lists
+    env = make(task_dir=str(tmp_path / "own"))
+    env.reset(0)
+    assert oracle_play(env)[-1]["success"]  # the sandbox's hidden run compares the tuples
+    env.close()
+
+
 def test_a_malformed_task_directory_is_refused_naming_the_problem(tmp_path):
     broken = "def cheapest(offers):\n    return offers[0][0]\n"
     _own_task(tmp_path, "fails_its_tests", main=broken)
@@ -850,3 +928,19 @@ def test_a_malformed_task_directory_is_refused_naming_the_problem(tmp_path):
         tasks.load_task(str(other))
     with pytest.raises(ValueError, match="built-in"):
         tasks.load_task(str(_own_task(other, "wordwrap")))
+    for i, (files, problem) in enumerate([
+            ({"hidden_txt": '\n("swap", ((1, 2),), (2, 1)'}, "hidden.txt line 2: not a Python"),
+            ({"hidden_txt": '("swap", (1, 2))'}, "expected .function"),
+            ({"hidden_txt": "", "task_json": '{"hidden": []}'}, "both task.json and hidden.txt")]):
+        with pytest.raises(ValueError, match=problem):
+            tasks.load_task(str(_swap_task(tmp_path / "bad", f"swap{i}", **files)))
+    ordered = tmp_path / "ordered"
+    _swap_task(ordered, "swap_a")
+    _swap_task(ordered, "swap_b")
+    for order, problem in [("swap_a\n", "does not list ['swap_b']"),
+                           ("swap_a\nswap_b\nswap_c\n",
+                            "lists names that are not task subdirectories: ['swap_c']"),
+                           ("swap_a\nswap_b\nswap_a\n", "lists more than once ['swap_a']")]:
+        (ordered / "order.txt").write_text(order)
+        with pytest.raises(ValueError, match=re.escape(f"ordered: order.txt {problem}")):
+            make(task_dir=str(ordered))

@@ -1,4 +1,4 @@
-"""Serves a policy over an OpenAI-compatible HTTP API (`jaxtree.sampling.server`), e.g. as PATR's judge.
+"""Serves a policy over an OpenAI-compatible HTTP API (`jaxtree.serving`), e.g. as PATR's judge.
 
     python -m launch.serve --model=tiny --port=8000
     python -m launch.serve --model=/path/to/hf_checkpoint --max_batch=32 --max_tokens=512
@@ -27,7 +27,7 @@ from absl import flags
 
 from jaxtree.config import ConfigError
 from jaxtree.policy import load_policy
-from jaxtree.sampling.server import PolicyServer, ServerLimits
+from jaxtree.serving import PolicyServer, ServerLimits
 from launch.common import fail, load_named_policy, run_app
 
 _MODEL = flags.DEFINE_string("model", "tiny", "A preset, a jaxtree checkpoint or a local Hugging "

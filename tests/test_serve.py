@@ -27,7 +27,7 @@ from jaxtree.rollout.engine import RolloutStats
 from jaxtree.scorers.judge_http import COUNTS, HttpJudge, parse_score
 from jaxtree.scorers import JudgeConfig
 from jaxtree.rollout.strategies import build_strategy
-from jaxtree.sampling.server import PolicyServer, ServerLimits
+from jaxtree.serving import PolicyServer, ServerLimits
 from test_patr import TOK, ScriptedEngine, played_episode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,8 +22,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtree.models.checkpoint_layout import CheckpointError, param_paths, unflatten
 from jaxtree.models.config import ModelConfig, default_dtype
-from jaxtree.models.hf_io import CheckpointError, _param_paths, _unflatten
 
 GGUF_SUFFIX = ".gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -251,7 +251,7 @@ def load_gguf(path: str, dtype: str | None = None,
     """
     reader = _open(path)
     config = _config_from_reader(reader, path, dtype, param_dtype)
-    expected = _param_paths(config)
+    expected = param_paths(config)
     by_name = {_gguf_name(p): p for p in expected}
     permute_heads = ({"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
                      if config.model_type == "llama" else {})
@@ -283,4 +283,4 @@ def load_gguf(path: str, dtype: str | None = None,
     if missing:
         raise CheckpointError(f"{path}: missing tensors {missing[:8]}"
                               f"{' ...' if len(missing) > 8 else ''}")
-    return config, _unflatten(loaded)
+    return config, unflatten(loaded)

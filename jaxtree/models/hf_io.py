@@ -11,7 +11,7 @@ import json
 import os
 import re
 import struct
-from typing import Any, Iterator
+from typing import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,8 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxtree.models.apply import init_params
+from jaxtree.models import gguf_io
+from jaxtree.models.checkpoint_layout import CheckpointError, param_paths, unflatten
 from jaxtree.models.config import ModelConfig
 
 CONFIG_FILE = "config.json"
@@ -34,10 +35,6 @@ _ST_DTYPES = {
 
 # Tensors some exporters write that carry no learned state.
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing, incomplete, corrupt or does not match its config."""
 
 
 # ----------------------------------------------------------------------------- name mapping
@@ -56,22 +53,6 @@ def _hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
     leaf = path[-1]
     parts.append("bias" if leaf == "bias" else "weight")
     return ".".join(parts), leaf == "kernel"
-
-
-def _param_paths(config: ModelConfig) -> dict[tuple[str, ...], jax.ShapeDtypeStruct]:
-    shapes = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
-    flat = jax.tree_util.tree_flatten_with_path(shapes)[0]
-    return {tuple(k.key for k in path): leaf for path, leaf in flat}
-
-
-def _unflatten(flat: dict[tuple[str, ...], Any]) -> dict:
-    tree: dict = {}
-    for path, value in flat.items():
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return tree
 
 
 # ----------------------------------------------------------------------------- safetensors reading
@@ -142,8 +123,6 @@ def _checkpoint_files(directory: str) -> list[str]:
 def load_config(path: str, dtype: str | None = None, param_dtype: str | None = None) -> ModelConfig:
     """Reads `config.json` of a checkpoint directory (or a `.gguf` file's metadata) into a
     ModelConfig."""
-    from jaxtree.models import gguf_io  # imports this module: resolved at call time
-
     if gguf_io.is_gguf_path(path):
         return gguf_io.load_gguf_config(path, dtype, param_dtype)
     if not os.path.exists(path):
@@ -185,12 +164,10 @@ def load_pretrained(path: str, dtype: str | None = None,
       corrupt file, missing or unexpected tensor, shape mismatch. ValueError for an unsupported
       architecture.
     """
-    from jaxtree.models import gguf_io  # imports this module: resolved at call time
-
     if gguf_io.is_gguf_path(path):
         return gguf_io.load_gguf(path, dtype, param_dtype)
     config = load_config(path, dtype, param_dtype)
-    expected = _param_paths(config)
+    expected = param_paths(config)
     by_hf_name = {}
     for our_path in expected:
         hf_name, transposed = _hf_name(our_path)
@@ -223,7 +200,7 @@ def load_pretrained(path: str, dtype: str | None = None,
     if missing:
         raise CheckpointError(f"{path}: missing tensors {missing[:8]}"
                               f"{' ...' if len(missing) > 8 else ''}")
-    return config, _unflatten(loaded)
+    return config, unflatten(loaded)
 
 
 def save_pretrained(path: str, config: ModelConfig, params: dict,
@@ -235,7 +212,7 @@ def save_pretrained(path: str, config: ModelConfig, params: dict,
     one file is needed.
     """
     os.makedirs(path, exist_ok=True)
-    expected = _param_paths(config)
+    expected = param_paths(config)
     flat = {tuple(k.key for k in p): leaf
             for p, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
     if set(flat) != set(expected):

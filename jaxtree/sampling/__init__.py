@@ -1,6 +1,6 @@
 """Batched sampling with a KV cache; per-row keys and draws in `jaxtree.sampling.randomness`; the
 LATR kernel is the package `jaxtree.sampling.latr`, its on-device edit distance
-`jaxtree.sampling.edit_distance`."""
+`jaxtree.sampling.edit_distance`. The HTTP server over the sampler is `jaxtree.serving`."""
 
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens, sampling_log_probs
 from jaxtree.sampling.sampler import (CACHE_FULL, EOS, FINISH_REASONS, MAX_TOKENS, STOP_SEQUENCE,

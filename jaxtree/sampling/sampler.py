@@ -8,6 +8,8 @@ Device side (pure functions):
                   kernel's plain phase continues its rows with it).
   `generate(...)` prefills ragged prompts into a fresh cache and decodes, in one compiled program.
 
+The loop's carry is a `DecodeState` (the cache, the output buffers, the stop-sequence window).
+
 Invariant: when a row stops, every token it generated, the stop token included, is in the cache,
 and the returned `last_logits` are the model's prediction after that token. A later chunk appended
 with `extend_cache` therefore continues the sequence exactly.
@@ -64,6 +66,38 @@ class DecodeOutput(NamedTuple):
     num_steps: jax.Array
 
 
+class DecodeState(NamedTuple):
+    """What the decode loop carries from step to step. B rows, N = max_new_tokens, V vocabulary,
+    W = the stop-sequence window (the longest stop sequence's length).
+
+    Attributes:
+      cache: KVCache, each row's context and every token it has generated so far.
+      done: bool[B], the row has stopped (or never ran: no budget, or a full cache).
+      logits: float32[B, V], the model's logits after each row's last cached token (a stopped
+        row keeps those of its last token).
+      num_generated: int32[B], tokens generated per row (the stop token included).
+      policy_logp: float32[B, N], log p(token) under the policy at temperature 1; 0 after the end.
+      reason: int32[B], why the row stopped (EOS, STOP_SEQUENCE, MAX_TOKENS, CACHE_FULL; RUNNING
+        while it runs).
+      sample_logp: float32[B, N], log p(token) under the sampling distribution; 0 after the end.
+      step: int32[], the decode step about to run; step t writes column t of the output buffers.
+      tokens: int32[B, N], the generated tokens, pad_id after the row's end.
+      window: int32[B, W], the row's last W generated tokens, right-aligned (_NO_TOKEN before
+        the first), matched against its stop sequences.
+    """
+
+    cache: KVCache
+    done: jax.Array
+    logits: jax.Array
+    num_generated: jax.Array
+    policy_logp: jax.Array
+    reason: jax.Array
+    sample_logp: jax.Array
+    step: jax.Array
+    tokens: jax.Array
+    window: jax.Array
+
+
 def _stop_sequence_hit(window: jax.Array, stop_sequences: jax.Array) -> jax.Array:
     """window: int32[B, W] last generated tokens (right-aligned); stop_sequences: int32[B, M, W]
     right-aligned and left-padded with -1 (an all -1 row is unused). Returns bool[B]."""
@@ -114,7 +148,7 @@ def decode_with_uniforms(config: ModelConfig, sampling: SamplingConfig, max_new_
     # A row with no budget, or whose cache is already full, generates nothing.
     full0 = cache.lengths >= cache.capacity
     done0 = (budgets <= 0) | full0
-    state0 = dict(
+    state0 = DecodeState(
         step=jnp.int32(0), cache=cache, logits=last_logits, done=done0,
         reason=jnp.select([budgets <= 0, full0], [MAX_TOKENS, CACHE_FULL], RUNNING
                           ).astype(jnp.int32),
@@ -125,19 +159,19 @@ def decode_with_uniforms(config: ModelConfig, sampling: SamplingConfig, max_new_
         window=jnp.full((batch, window_len), _NO_TOKEN, jnp.int32),
     )
 
-    def cond(s):
-        return (s["step"] < max_new_tokens) & ~jnp.all(s["done"])
+    def cond(s: DecodeState):
+        return (s.step < max_new_tokens) & ~jnp.all(s.done)
 
-    def body(s):
-        active = ~s["done"]
-        u = jax.lax.dynamic_index_in_dim(uniforms, s["step"], axis=1, keepdims=False)
-        tok, policy_lp, sample_lp = sample_tokens(u, s["logits"], sampling)
+    def body(s: DecodeState) -> DecodeState:
+        active = ~s.done
+        u = jax.lax.dynamic_index_in_dim(uniforms, s.step, axis=1, keepdims=False)
+        tok, policy_lp, sample_lp = sample_tokens(u, s.logits, sampling)
         tok = jnp.where(active, tok, pad_id)
-        column = lambda buf, val: jax.lax.dynamic_update_slice(buf, val[:, None], (0, s["step"]))
-        logits, new_cache = model.apply({"params": params}, tok[:, None], s["cache"],
+        column = lambda buf, val: jax.lax.dynamic_update_slice(buf, val[:, None], (0, s.step))
+        logits, new_cache = model.apply({"params": params}, tok[:, None], s.cache,
                                         active.astype(jnp.int32), last_only=True)
-        num_generated = s["num_generated"] + active
-        window = jnp.concatenate([s["window"][:, 1:], tok[:, None]], axis=1)
+        num_generated = s.num_generated + active
+        window = jnp.concatenate([s.window[:, 1:], tok[:, None]], axis=1)
         hit_eos = jnp.any(tok[:, None] == eos_ids[None, :], axis=-1)
         hit_stop = _stop_sequence_hit(window, stop_sequences)
         hit_budget = num_generated >= budgets
@@ -145,24 +179,24 @@ def decode_with_uniforms(config: ModelConfig, sampling: SamplingConfig, max_new_
         reason = jnp.select([hit_eos, hit_stop, hit_budget, hit_full],
                             [EOS, STOP_SEQUENCE, MAX_TOKENS, CACHE_FULL], RUNNING)
         newly_done = active & (reason != RUNNING)
-        return dict(
-            step=s["step"] + 1, cache=new_cache,
+        return DecodeState(
+            step=s.step + 1, cache=new_cache,
             # Idle rows keep their logits so last_logits stays the prediction after their last token.
-            logits=jnp.where(active[:, None], logits, s["logits"]),
-            done=s["done"] | newly_done,
-            reason=jnp.where(newly_done, reason, s["reason"]).astype(jnp.int32),
-            tokens=column(s["tokens"], tok),
-            policy_logp=column(s["policy_logp"], jnp.where(active, policy_lp, 0.0)),
-            sample_logp=column(s["sample_logp"], jnp.where(active, sample_lp, 0.0)),
+            logits=jnp.where(active[:, None], logits, s.logits),
+            done=s.done | newly_done,
+            reason=jnp.where(newly_done, reason, s.reason).astype(jnp.int32),
+            tokens=column(s.tokens, tok),
+            policy_logp=column(s.policy_logp, jnp.where(active, policy_lp, 0.0)),
+            sample_logp=column(s.sample_logp, jnp.where(active, sample_lp, 0.0)),
             num_generated=num_generated,
-            window=jnp.where(active[:, None], window, s["window"]),
+            window=jnp.where(active[:, None], window, s.window),
         )
 
     s = jax.lax.while_loop(cond, body, state0)
     # Rows still running after max_new_tokens steps stopped on the static limit.
-    reason = jnp.where(s["reason"] == RUNNING, MAX_TOKENS, s["reason"])
-    return s["cache"], DecodeOutput(s["tokens"], s["policy_logp"], s["sample_logp"],
-                                    s["num_generated"], reason, s["logits"], s["step"])
+    reason = jnp.where(s.reason == RUNNING, MAX_TOKENS, s.reason)
+    return s.cache, DecodeOutput(s.tokens, s.policy_logp, s.sample_logp, s.num_generated,
+                                 reason, s.logits, s.step)
 
 
 def generate(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int, pad_id: int,

@@ -37,6 +37,7 @@ from safetensors.numpy import save_file
 
 from jaxtree.models import hf_io
 from jaxtree.models.config import ModelConfig
+from jaxtree.models.checkpoint_layout import param_paths, unflatten
 from jaxtree.models.hf_io import CheckpointError
 from jaxtree.scorers.prm import LABEL_COUNTS, ProcessRewardModel, backbone_of
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
@@ -56,7 +57,7 @@ def _backbone_names(config: ModelConfig) -> dict[str, tuple[tuple[str, ...], boo
     """Hugging Face tensor name -> (our parameter path, transposed, our shape) of the backbone
     (every parameter but the output projection)."""
     out = {}
-    for path, leaf in hf_io._param_paths(config).items():
+    for path, leaf in param_paths(config).items():
         if path != _LM_HEAD:
             name, transposed = hf_io._hf_name(path)
             out[name] = (path, transposed, tuple(leaf.shape))
@@ -84,7 +85,7 @@ def _read_tensors(path: str, config: ModelConfig) -> tuple[dict, dict[str, np.nd
     if missing:
         raise CheckpointError(f"{path}: missing backbone tensors {missing[:8]}"
                               f"{' ...' if len(missing) > 8 else ''}")
-    return hf_io._unflatten(backbone), others
+    return unflatten(backbone), others
 
 
 def _linear_head(path: str, tensors: dict[str, np.ndarray], hidden: int) -> dict:

@@ -18,7 +18,10 @@ metrics the same way:
                         Tic-Tac-Toe the return and the verified rate as first and as second
                         mover
 
-`evaluate` also returns a few episodes as transcripts (the prompt, each action and the
+`Evaluator(model_config, tokenizer, make_env, rollout, config)` is the evaluation a training run
+holds: its own slot engine sampling at `eval.temperature` and recording the per-turn labels the
+metrics read (`EVAL_LABELS`: the verifier's verdict). `evaluate` also returns a few episodes as
+transcripts (the prompt, each action and the
 environment's reply, decoded from the episode's tokens), which `write_transcripts` saves as JSONL
 and as readable text.
 
@@ -43,9 +46,11 @@ from tqdm import tqdm
 from environments.base import TextEnv
 from jaxtree.config import Section, non_negative, option, positive
 from jaxtree.parallel import distributed
-from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.engine import RolloutConfig, SlotEngine
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.strategies.independent import sample_independent
 from jaxtree.rollout.trajectory import END_REASONS, TrajectoryBatch, join_shares
+from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
 from jaxtree.tokenizers import Tokenizer
 
@@ -66,6 +71,9 @@ class EvalConfig(Section):
                               check=non_negative())
 
 
+# The per-turn labels the evaluation metrics read (verified_rate).
+EVAL_LABELS = ("verified",)
+
 # Protocol bookkeeping in `info`, not environment metrics.
 _PROTOCOL_KEYS = {"valid", "success", "truncated", "action", "num_steps", "num_invalid",
                   "context_full", "error"}
@@ -83,11 +91,15 @@ class EpisodeSummary:
 
 
 def summaries_from_batch(batch: TrajectoryBatch) -> list[EpisodeSummary]:
-    # turn_verified is 1/0 on played turns and NaN past each episode's last one.
-    verified = np.nansum(np.asarray(batch.turn_verified, np.float64), axis=1)
+    """Every episode's summary; `num_verified` where the batch holds the `verified` label."""
+    verified = [None] * len(batch)
+    if "verified" in batch.labels:
+        # 1/0 on played turns and NaN past each episode's last one
+        verified = np.nansum(np.asarray(batch.labels["verified"], np.float64), axis=1)
     return [EpisodeSummary(int(batch.task_ids[i]), bool(batch.success[i]),
                            int(batch.num_turns[i]), int(batch.num_invalid[i]), batch.infos[i],
-                           int(batch.response_lengths[i]), int(verified[i]))
+                           int(batch.response_lengths[i]),
+                           None if verified[i] is None else int(verified[i]))
             for i in range(len(batch))]
 
 
@@ -262,6 +274,28 @@ def evaluate(engine: SlotEngine, params, config: EvalConfig) -> EvalResult:
                             eval_seeds(config.num_tasks), config.samples_per_task)
     return EvalResult(metrics(summaries_from_batch(batch), config.samples_per_task),
                       pick_transcripts(batch, engine.tokenizer, config.transcripts))
+
+
+def evaluation_engine(model_config, tokenizer: Tokenizer, make_env: Callable[[], TextEnv],
+                      rollout: RolloutConfig, config: EvalConfig) -> SlotEngine:
+    """A slot engine for held-out evaluation: `rollout`'s settings sampling at
+    `config.temperature`, recording the labels the metrics read (EVAL_LABELS)."""
+    sampling = SamplingConfig(config.temperature, rollout.sampling.top_k, rollout.sampling.top_p)
+    return SlotEngine(model_config, tokenizer, make_env,
+                      dataclasses.replace(rollout, sampling=sampling), TurnLabeler(EVAL_LABELS))
+
+
+class Evaluator:
+    """The held-out evaluation of a run: `evaluator(params)` -> EvalResult (`evaluate` on its
+    own engine, `evaluation_engine`)."""
+
+    def __init__(self, model_config, tokenizer: Tokenizer, make_env: Callable[[], TextEnv],
+                 rollout: RolloutConfig, config: EvalConfig):
+        self.config = config
+        self.engine = evaluation_engine(model_config, tokenizer, make_env, rollout, config)
+
+    def __call__(self, params) -> EvalResult:
+        return evaluate(self.engine, params, self.config)
 
 
 def _printable(text: str) -> str:

@@ -18,7 +18,7 @@ Sections (owner):
   filter      the group filter (jaxtree.advantages.group_filters); filter.<name> its settings
   loss        clipped surrogate, aggregation, KL, entropy (jaxtree.losses.LossConfig)
   optim       the optimizer and its schedule (jaxtree.train.update.OptimConfig)
-  train       the RL loop (jaxtree.train.trainer.TrainConfig)
+  train       the RL loop (jaxtree.train.config.TrainConfig)
   eval        held-out evaluation, for launch.evaluate and during training (jaxtree.evaluation)
   checkpoint  training checkpoints (jaxtree.checkpoints.CheckpointConfig)
   mesh        the device mesh (jaxtree.parallel.mesh.MeshConfig)
@@ -47,7 +47,7 @@ from jaxtree.parallel.mesh import MeshConfig
 from jaxtree.policy import ModelSpec
 from jaxtree.rewards import RewardStage
 from jaxtree.rollout.strategies import RolloutStage
-from jaxtree.train.trainer import TrainConfig
+from jaxtree.train.config import TrainConfig
 from jaxtree.train.update import OptimConfig
 from jaxtree.train.warm_start import WarmStartConfig
 

@@ -31,18 +31,26 @@ KL(π_θ || π_ref) on samples of π_θ (Schulman, 2020; DeepSeekMath, Shao et a
     k3 = π_ref/π_θ - log(π_ref/π_θ) - 1,
 
 which is non-negative and unbiased, and an optional entropy bonus H (entropy of π_θ at the token).
+
+The loss stage in one place: a minibatch (`Minibatch`, built with its aggregation weights by
+`minibatch`) and its loss under the policy's parameters (`minibatch_loss`: the token scores of
+the model, then `policy_loss`), which `jaxtree.train.update` accumulates over micro-batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtree.config import Section, between, non_negative, one_of, option
-from jaxtree.models.token_scores import token_entropy, token_logprobs  # noqa: F401 (re-exported)
+from jaxtree.models.config import ModelConfig
+from jaxtree.models.token_scores import (TrainingMemory, token_entropy,  # noqa: F401 (re-exported)
+                                         token_logprobs, token_scores)
 
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
 
@@ -214,3 +222,58 @@ def summarize_loss_metrics(sums: dict) -> dict:
         kl_loss=sums["kl_loss"],
         entropy_loss=sums["entropy_loss"],
     )
+
+
+# ----------------------------------------------------------------------------- minibatches
+
+class Minibatch(NamedTuple):
+    """One minibatch of the update, every field [B, T] (host or device arrays; a pytree, so
+    micro-batches are its rows and a stack of them is one `lax.scan` input):
+
+      tokens        int32    whole episodes (prompt, observations and actions)
+      action_mask   bool     the tokens the policy generated (the only ones with a loss)
+      old_logprobs  float32  behaviour log-probs recorded by the rollout (ratio denominator)
+      advantages    float32  per-token advantages (0 off the action tokens)
+      weights       float32  aggregation weights over the whole minibatch
+                             (`aggregation_weights`), so micro-batch losses simply add up
+      ref_logprobs  float32  log-probs of the frozen reference policy (KL penalty)
+    """
+
+    tokens: Any
+    action_mask: Any
+    old_logprobs: Any
+    advantages: Any
+    weights: Any
+    ref_logprobs: Any
+
+
+MINIBATCH_DTYPES = Minibatch(np.int32, np.bool_, np.float32, np.float32, np.float32, np.float32)
+
+
+def minibatch(tokens, action_mask, old_logprobs, advantages, ref_logprobs,
+              config: LossConfig, norm_constant: float) -> Minibatch:
+    """A Minibatch of host arrays [B, T], its weights computed over all B rows by the loss's
+    aggregation (`norm_constant`: seq-sum's C)."""
+    weights = np.asarray(aggregation_weights(jnp.asarray(action_mask), config.aggregation,
+                                             norm_constant))
+    return Minibatch(tokens, action_mask, old_logprobs, advantages, weights, ref_logprobs)
+
+
+def minibatch_loss(model_config: ModelConfig, config: LossConfig, memory: TrainingMemory,
+                   params, mb: Minibatch):
+    """(loss, sums of `policy_loss`) of a (micro-)batch under `params`. The entropy and the KL
+    to the reference are reported even when they are not in the loss."""
+    logprobs, entropy, _ = token_scores(model_config, params, mb.tokens, memory)
+    use_kl = config.kl_coef > 0
+    use_entropy = config.entropy_coef > 0
+    loss, sums = policy_loss(
+        logprobs, mb.old_logprobs, mb.advantages, mb.weights, eps_low=config.eps_low,
+        eps_high=config.eps_high, ref_logprobs=mb.ref_logprobs if use_kl else None,
+        kl_coef=config.kl_coef, entropy=entropy if use_entropy else None,
+        entropy_coef=config.entropy_coef)
+    if not use_entropy:  # still report the policy's entropy
+        sums["entropy_sum"] = (jax.lax.stop_gradient(entropy) * mb.action_mask).sum()
+    if not use_kl:
+        kl = kl_k3(jax.lax.stop_gradient(logprobs), mb.ref_logprobs)
+        sums["kl_sum"] = (kl * mb.action_mask).sum()
+    return loss, sums

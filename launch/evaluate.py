@@ -24,8 +24,6 @@ from ml_collections import config_flags
 
 from jaxtree import evaluation
 from jaxtree.experiment import Experiment
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import eval_seeds
 from jaxtree.utils import check_writable, print_table
 from launch.common import fail, load_named_policy, run_app
@@ -86,11 +84,9 @@ def run(config, checkpoint: str | None, output: str | None,
     k = e.samples_per_task
 
     start = time.perf_counter()
-    engine_config = exp.rollout.engine()
-    engine = SlotEngine(policy.config, policy.tokenizer, make_env, dataclasses.replace(
-        engine_config, sampling=SamplingConfig(e.temperature, engine_config.sampling.top_k,
-                                               engine_config.sampling.top_p)))
-    evaluated = evaluation.evaluate(engine, policy.params, e)
+    evaluator = evaluation.Evaluator(policy.config, policy.tokenizer, make_env,
+                                     exp.rollout.engine(), e)
+    evaluated = evaluator(policy.params)
     rows = {"policy": evaluated.metrics}
     seconds = time.perf_counter() - start
     tasks = eval_seeds(e.num_tasks)

@@ -7,7 +7,7 @@ Rolls out one training step's batch (`rollout.groups_per_step` held-out tasks x
 `rollout.group_size` episodes) with the `mc_values` strategy (m continuations forked at every
 visited state), turns the values into MC-PR's turn rewards (`reward.mc_process`) and sets each
 move's reward beside what the environment says of the same move: the verifier's label
-(`turn_verified`, VPR's r_t) and its legality (`turn_valid`). Moves fall into three kinds:
+(the `verified` label, VPR's r_t) and its legality (`turn_valid`). Moves fall into three kinds:
 verified, legal but not verified, illegal (or malformed). The table gives each kind's share, its
 mean reward and sign shares, and three AUCs, the probability that a move of one kind gets a
 larger r_t than a move of the other (ties count half): verified vs the rest, legal-unverified vs
@@ -28,6 +28,7 @@ from ml_collections import config_flags
 from jaxtree.experiment import Experiment
 from jaxtree.rewards.mc_process import label_agreement, mc_process_rewards
 from jaxtree.rollout.engine import SlotEngine
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.strategies.mc_values import sample_with_values
 from jaxtree.tasks import eval_seeds
 from jaxtree.utils import print_table
@@ -50,12 +51,12 @@ def run(config, checkpoint: str | None, output: str | None, seed: int) -> dict:
     episodes = stage.groups_per_step * stage.group_size
     policy = load_named_policy("--checkpoint", lambda: exp.model.load(checkpoint))
     engine = SlotEngine(policy.config, policy.tokenizer, exp.env.factory(), dataclasses.replace(
-        stage.engine(), num_slots=episodes * (1 + m)))
+        stage.engine(), num_slots=episodes * (1 + m)), TurnLabeler(("verified",)))
     start = time.perf_counter()
     batch, cost = sample_with_values(engine, policy.params, jax.random.key(seed), tasks,
                                      stage.group_size, m)
     seconds = time.perf_counter() - start
-    result = label_agreement(mc_process_rewards(batch), batch.turn_verified, batch.turn_valid,
+    result = label_agreement(mc_process_rewards(batch), batch.label("verified"), batch.turn_valid,
                              batch.played)
     print(f"MC-PR turn rewards of {policy.source} on {exp.env.name}: {len(tasks)} held-out tasks "
           f"x {stage.group_size} episodes, m = {m} continuations ({seconds:.0f}s; "

@@ -107,6 +107,13 @@ def case_config(name: str, warm_start: dict[str, str]):
                     "eval.every": STEPS, **CASES[name]})
 
 
+def case_reads(name: str, warm_start: dict[str, str]) -> set[str]:
+    """The per-turn labels case `name`'s experiment reads."""
+    from jaxtree.experiment import Experiment
+    from jaxtree.train.pipeline import labels_read
+    return set(labels_read(Experiment.from_config(case_config(name, warm_start))))
+
+
 def params_digest(params) -> str:
     """sha256 over every parameter leaf's path, dtype, shape and bytes."""
     h = hashlib.sha256()
@@ -137,14 +144,22 @@ def run_case(name: str, warm_start: dict[str, str], workdir: str) -> dict:
                                   "params": params_digest(params)}))
 
 
-def differences(stored: dict, fresh: dict) -> list[str]:
-    """What a fresh digest changed: every stored metric that differs or is missing, and the
-    parameters (metrics a run adds beyond the stored ones are not differences)."""
+# Metrics a run logs only when its experiment reads the per-turn label they count (recorded
+# before labels were computed on demand, by every run).
+ONLY_WHEN_READ = {"rollout/verified_rate": "verified"}
+
+
+def differences(stored: dict, fresh: dict, reads: set[str] = frozenset()) -> list[str]:
+    """What a fresh digest changed: every stored metric that differs or is missing (unless it
+    is one of ONLY_WHEN_READ and its label is not in `reads`), and the parameters (metrics a
+    run adds beyond the stored ones are not differences)."""
     out = []
     if len(fresh["metrics"]) != len(stored["metrics"]):
         out.append(f"{len(fresh['metrics'])} metric records, stored {len(stored['metrics'])}")
     for old, new in zip(stored["metrics"], fresh["metrics"]):
         for key, value in old.items():
+            if key in ONLY_WHEN_READ and ONLY_WHEN_READ[key] not in reads and key not in new:
+                continue
             if key not in new:
                 out.append(f"step {old.get('step')}: {key} missing")
             elif new[key] != value:
@@ -171,7 +186,7 @@ def main(argv: list[str]) -> None:
                 stored[name] = fresh
                 print(name, fresh["params"][:16], flush=True)
             else:
-                diff = differences(stored[name], fresh)
+                diff = differences(stored[name], fresh, case_reads(name, warm_start))
                 failed |= bool(diff)
                 print(name, "same" if not diff else "DIFFERS: " + "; ".join(diff[:5]),
                       flush=True)

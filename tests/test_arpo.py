@@ -50,11 +50,9 @@ class ScriptedArpoEngine(ScriptedEngine):
     """test_patr's scripted engine, with each action's log-probs as the engine reports them: the
     move's scripted probability on its first token, certain format tokens after it."""
 
-    def play_turn(self):
-        for e in self.live:
-            move = scripted_move(e.episode_id, e.num_turns)
-            e.action_logprobs = np.array([math.log(MOVE_PROBS[move]), 0.0, 0.0], np.float32)
-        return super().play_turn()
+    def _logprobs(self, episode):
+        move = scripted_move(episode.episode_id, episode.num_turns)
+        return np.array([math.log(MOVE_PROBS[move]), 0.0, 0.0], np.float32)
 
 
 def reference_arpo(task, m, n, beam, tau, w, k, slots, rng):
@@ -113,7 +111,7 @@ def test_arpo_on_a_scripted_policy_grows_the_tree_its_rollout_loop_describes(tas
     want = reference_arpo(task, 3, 9, 2, 0.3, 2.0, 20, slots, rng)
     got = {int(batch.episode_ids[i]): (
         int(batch.parent_ids[i]), int(batch.fork_turns[i]),
-        [str(a).capitalize() for a in batch.action_signatures[i, :batch.num_turns[i]]])
+        [str(a).capitalize() for a in batch.labels["action_signature"][i, :batch.num_turns[i]]])
         for i in range(len(batch))}
     assert got == want
     assert len(batch) == 9 and metrics["arpo/branches"] == 9   # the budget is always filled
@@ -129,7 +127,7 @@ def test_the_scripted_cases_fork_refill_and_refuse():
 
 
 def test_bad_settings_fail_at_launch_naming_the_field():
-    from jaxtree.train.trainer import check_experiment
+    from jaxtree.train.pipeline import check_experiment
     config = default_config()
     set_path(config, "rollout.strategy", "arpo")
     set_path(config, "rollout.arpo.max_branches", 4)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from jaxtree.train import compare
+from jaxtree import compare
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

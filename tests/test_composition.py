@@ -15,8 +15,7 @@ from jaxtree.config import ConfigError, Section, option, positive
 from jaxtree.experiment import (REFERENCE_BEGIN, REFERENCE_END, SECTIONS, Experiment,
                                 reference_markdown, set_path)
 from jaxtree.rewards import REWARDS, Rewards
-from jaxtree.rollout import SlotEngine
-from jaxtree.rollout.strategies import STRATEGIES
+from jaxtree.rollout.strategies import STRATEGIES, RolloutStrategy
 from jaxtree.rollout.tree_record import read_tree
 from jaxtree.train.metrics import read_metrics
 from test_trainer import ROOT, toy_config
@@ -29,17 +28,16 @@ class ForkConfig(Section):
     fork_turn: int = option(1, "turns the root plays before it forks", check=positive())
 
 
-class ForkAtTurn:
+class ForkAtTurn(RolloutStrategy):
     """One root episode per task plays `fork_turn` turns, then forks into the rest of the group:
     a two-level tree whose children share the root's first turns (copied cache rows)."""
 
     def __init__(self, settings: ForkConfig, context):
         self.settings = settings
         self.group_size = context.group_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
+        self.engine = context.engine()   # recording the labels the experiment reads
 
-    def sample(self, params, rng, tasks, step):
+    def sample(self, params, rng, tasks, step, *, first_group=0):
         self.engine.begin(params, rng)
         roots = [self.engine.add_episode(task, group_id=g) for g, task in enumerate(tasks)]
         for _ in range(self.settings.fork_turn):
@@ -60,7 +58,7 @@ class ProgressConfig(Section):
 def progress_reward(settings: ProgressConfig):
     """turn += process score after the turn; outcome += weight x the last one."""
     def term(batch):
-        scores = np.nan_to_num(batch.turn_process_scores, nan=0.0) * batch.played
+        scores = np.nan_to_num(batch.labels["process_score"], nan=0.0) * batch.played
         last = scores[np.arange(len(batch)), np.maximum(batch.num_turns - 1, 0)]
         return Rewards(scores.astype(np.float32), (settings.weight * last).astype(np.float32))
     return term
@@ -77,8 +75,9 @@ def centred_outcome(settings):
 
 @pytest.fixture
 def custom_parts():
-    STRATEGIES.register("fork_at_turn", ForkConfig)(ForkAtTurn)
-    REWARDS.register("progress", ProgressConfig)(progress_reward)
+    # the tree picture shows the branches' actions
+    STRATEGIES.register("fork_at_turn", ForkConfig, reads=("action_signature",))(ForkAtTurn)
+    REWARDS.register("progress", ProgressConfig, reads=("process_score",))(progress_reward)
     ADVANTAGES.register("centred_outcome")(centred_outcome)
     yield
     STRATEGIES.unregister("fork_at_turn")
@@ -110,7 +109,8 @@ def test_registered_parts_train_through_the_launch_job_with_only_config_changes(
     root, *children = tree["branches"]
     assert root["parent_id"] == -1 and len(children) == 2
     assert all(c["parent_id"] == root["episode_id"] and c["fork_turn"] == 2 for c in children)
-    assert all(c["actions"][:2] == root["actions"][:2] for c in children)
+    assert all(c["actions"][:2] == root["actions"][:2] != ["", ""] for c in children)
+    assert all(score is not None for b in tree["branches"] for score in b["scores"])
     with pytest.raises(FileNotFoundError, match=r"no tree saved for step 1 .*saved steps: \[2\]"):
         read_tree(str(tmp_path), 1)
     done = subprocess.run([sys.executable, "-m", "launch.show_tree", f"--workdir={tmp_path}",

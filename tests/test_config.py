@@ -1,6 +1,7 @@
 """Typed config sections and part registries (jaxtree.config)."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -108,3 +109,68 @@ def test_evaluations_build_the_environment_with_eval_options_on_top():
     assert eval_env.style == "compact"
     with pytest.raises(ConfigError, match=r"config\.env\.eval_options: .*'opponent': 'best'"):
         EnvSpec.from_config({"name": "tictactoe", "eval_options": {"opponent": "best"}}, "env")
+
+
+# ----------------------------------------------------------------------------- recorded parts
+
+def _part_field_paths(section_cls, path):
+    """Config paths of every field of every registered part's settings under a section, the
+    parts of parts included (rollout.patr.judge.weight)."""
+    from jaxtree.config import config_fields
+    out = []
+    for registry in section_cls.PARTS.values():
+        for name in registry.names():
+            settings = registry.part(name).config
+            if settings is None:
+                continue
+            out += [f"{path}.{name}.{f.name}" for f in config_fields(settings)]
+            out += _part_field_paths(settings, f"{path}.{name}")
+    return out
+
+
+def test_every_registered_parts_settings_round_trip_through_config_json(tmp_path):
+    """A job's config.json records the settings of every registered part (selected or not), so
+    it says what ran; read back, it is the same experiment, non-default part settings kept."""
+    import json
+    from jaxtree.experiment import SECTIONS, Experiment, default_config, set_path
+    from jaxtree.train.workdir import record_config
+    config = default_config()
+    for path, value in {"rollout.patr.interval": 3, "rollout.patr.judge.weight": 0.25,
+                        "advantage.rtmc.gamma": 0.9, "reward.verifier.outcome_bonus": 0.5,
+                        "filter.top_std.keep_fraction": 0.5}.items():
+        set_path(config, path, value)
+    exp = Experiment.from_config(config)
+    record_config(str(tmp_path), exp.to_dict())
+    with open(tmp_path / "config.json") as f:
+        recorded = json.load(f)
+    assert Experiment.from_config(recorded) == exp
+    assert recorded["rollout"]["patr"]["judge"]["weight"] == 0.25
+    paths = [p for name, cls in SECTIONS.items() for p in _part_field_paths(cls, name)]
+    assert len(paths) > 60 and "rollout.patr.prm.aggregation" in paths
+    for path in paths:
+        node = recorded
+        for key in path.split("."):
+            node = node[key]          # every part field is in the record
+
+
+def test_a_resume_with_any_changed_part_setting_is_refused_naming_it(tmp_path):
+    """For every field of every registered part: a workdir whose config.json holds another
+    value refuses the job's config, naming the field."""
+    import copy
+    from jaxtree.experiment import SECTIONS, Experiment, default_config
+    from jaxtree.train.workdir import WorkdirError, record_config
+    exp = Experiment.from_config(default_config())
+    current = exp.to_dict()
+    for path in [p for name, cls in SECTIONS.items() for p in _part_field_paths(cls, name)]:
+        recorded = copy.deepcopy(current)
+        *parents, field = path.split(".")
+        node = recorded
+        for key in parents:
+            node = node[key]
+        value = node[field]
+        node[field] = ((not value) if isinstance(value, bool) else
+                       value + 1 if isinstance(value, (int, float)) else
+                       f"{value}-other" if isinstance(value, str) else list(value) + ["x"])
+        record_config(str(tmp_path), recorded, allow_change=True)
+        with pytest.raises(WorkdirError, match=rf"another config \({re.escape(path)}: "):
+            record_config(str(tmp_path), current)

@@ -9,7 +9,7 @@ import pytest
 import environments
 from jaxtree import evaluation
 from jaxtree.evaluation import EpisodeSummary, EvalConfig
-from jaxtree.rollout import RolloutConfig, SlotEngine
+from jaxtree.rollout import RolloutConfig
 from jaxtree.tasks import EVAL_SEED_BASE, eval_seeds, train_seeds
 from jaxtree.tokenizers import ByteTokenizer
 
@@ -88,8 +88,9 @@ def test_evaluate_returns_transcripts_of_its_episodes(tiny, tmp_path):
     actions in a fresh environment gives exactly their replies, return and outcome."""
     config, params = tiny
     # tests/test_rollout.py's engine shapes (compilations shared through the XLA cache)
-    engine = SlotEngine(config, ByteTokenizer(), frozen_lake, RolloutConfig(
-        num_slots=16, context_length=256, max_action_tokens=6))
+    engine = evaluation.evaluation_engine(config, ByteTokenizer(), frozen_lake, RolloutConfig(
+        num_slots=16, context_length=256, max_action_tokens=6), EvalConfig())
+    assert engine.labeler.names == evaluation.EVAL_LABELS  # what the metrics read, only
     result = evaluation.evaluate(engine, params,
                                  EvalConfig(num_tasks=2, samples_per_task=2, transcripts=3))
     assert result.metrics["episodes"] == 4

@@ -29,9 +29,7 @@ def make_batch(anchors, group_ids, success=None):
             tokens=np.arange(3 * len(turns), dtype=np.int32) + 1, action_mask=mask,
             logprobs=np.zeros(3 * len(turns), np.float32),
             turn_index=np.repeat(np.arange(len(turns)), 3).astype(np.int32),
-            turns=[TurnRecord(reward=0.0, valid=True, verified=1.0, process_score=0.5,
-                              state_signature=f"{t}|{s}", action_signature="x", node_id=-1,
-                              anchor_state=s) for t, s in enumerate(turns)],
+            turns=[TurnRecord(reward=0.0, valid=True, node_id=-1, labels={"verified": 1.0, "process_score": 0.5, "state_signature": f"{t}|{s}", "action_signature": "x", "anchor_state": s}) for t, s in enumerate(turns)],
             success=bool(success[i]) if success is not None else False, end_reason=DONE,
             context_full=False, task_id=int(group_ids[i]), group_id=int(group_ids[i]),
             episode_id=i, parent_id=-1, fork_turn=-1, depth=0, info={}))
@@ -41,7 +39,7 @@ def make_batch(anchors, group_ids, success=None):
 def ref_gigpo(batch, rewards, valid, gamma, weight, normalize_std, epsilon):
     """verl-agent's GiGPO: episode scores and step returns normalised by group (ddof=1 std,
     std 1 for a one-member group), A = A^E + w A^S; loops and dicts only."""
-    n, k = batch.anchor_states.shape
+    n, k = batch.labels["anchor_state"].shape
 
     def normalise(scores: dict):
         by_key: dict = {}
@@ -72,7 +70,7 @@ def ref_gigpo(batch, rewards, valid, gamma, weight, normalize_std, epsilon):
         running = 0.0
         for t in reversed(range(length)):
             running = r[t] + gamma * running
-            step_scores[((int(batch.group_ids[i]), batch.anchor_states[i][t]), (i, t))] = running
+            step_scores[((int(batch.group_ids[i]), batch.labels["anchor_state"][i][t]), (i, t))] = running
     step = normalise(step_scores)
     out = np.zeros((n, k))
     for (key, (i, t)), value in step.items():
@@ -130,6 +128,6 @@ def test_step_group_metrics_count_shared_anchors():
 
 def test_missing_anchor_is_an_error():
     batch = make_batch([["s"]], [0])
-    batch.anchor_states[0, 0] = None
+    batch.labels["anchor_state"][0, 0] = None
     with pytest.raises(ValueError, match="no anchor state"):
         gigpo.anchor_ids(batch)

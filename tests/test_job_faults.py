@@ -294,9 +294,11 @@ def test_train_resumes_past_damage_and_leaves_finished_or_other_config_runs_alon
 
     changed = _job("launch.train", f"--config={CONFIG_FILE}", f"--workdir={workdir}",
                    *flags(TOY), "--config.train.steps=3", "--config.optim.learning_rate=0.2",
-                   "--config.rollout.group_size=4")
-    _assert_one_line_error(changed, 2, "optim.learning_rate: 0.001 -> 0.2",
-                           "rollout.group_size: 2 -> 4", "--allow_config_change")
+                   "--config.rollout.group_size=4", "--config.advantage.grpo.epsilon=0.001")
+    # a part's setting is part of the record like any field
+    _assert_one_line_error(changed, 2, "advantage.grpo.epsilon: 1e-06 -> 0.001",
+                           "optim.learning_rate: 0.001 -> 0.2", "rollout.group_size: 2 -> 4",
+                           "--allow_config_change")
     assert _files(workdir) == finished
 
     assert jobs.train_job(toy_config(4), workdir, allow_config_change=True)["step"] == 4

@@ -47,13 +47,15 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
     make_env = lambda: environments.make("countdown", style="compact")  # noqa: E731
     settings = LatrRolloutConfig(tau_abs=0.15, tau_rel=0.5, tau_ed=0.6, windows=(2, 4))
     context = RolloutContext(config, tokenizer, make_env, RolloutConfig(
-        context_length=64, max_action_tokens=16, sampling=SamplingConfig(temperature=1.0)), 4)
+        context_length=64, max_action_tokens=16, sampling=SamplingConfig(temperature=1.0)), 4,
+        labels=("verified", "state_signature"))
     tasks = [11, 12, 13]
     batch, stats = sample_latr(context, settings, params, jax.random.key(0), tasks, 3)
     assert len(batch) == 12
     chex.assert_shape([batch.tokens, batch.action_mask, batch.behaviour_logprobs],
                       (12, batch.tokens.shape[1]))
-    chex.assert_shape([batch.turn_verified, batch.state_signatures, batch.node_ids], (12, 1))
+    chex.assert_shape([batch.labels["verified"], batch.labels["state_signature"],
+                       batch.node_ids], (12, 1))
     assert batch.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert batch.task_ids.tolist() == [t for t in tasks for _ in range(4)]
     assert stats["latr/tree_slots"] == 3 and stats["latr/branches_per_group"] > 0
@@ -72,8 +74,8 @@ def test_latr_rollouts_become_a_consistent_trajectory_batch():
         assert batch.outcome_reward[i] == pytest.approx(reward)
         assert batch.success[i] == info["success"]
         # the verifier label and signatures are recorded as for the slot engine's episodes
-        assert batch.num_turns[i] == 1 and not np.isnan(batch.turn_verified[i, 0])
-        assert batch.state_signatures[i, 0] is not None
+        assert batch.num_turns[i] == 1 and not np.isnan(batch.labels["verified"][i, 0])
+        assert batch.labels["state_signature"][i, 0] is not None
         # behaviour log-probs are the policy's (teacher-forced, temperature 1)
         logp = jax.nn.log_softmax(models.forward(config, params, jnp.asarray(tokens[None]))[0],
                                   axis=-1)

@@ -16,6 +16,7 @@ from jaxtree.rollout.strategies.mc_values import sample_with_values
 from jaxtree.rollout.trajectory import DONE, EpisodeRecord, TurnRecord, assemble
 from jaxtree.sampling import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
+from jaxtree.train.pipeline import check_labels
 
 TOK = ByteTokenizer()
 
@@ -26,10 +27,10 @@ def make_batch(turn_values, outcomes, validation=None):
     records = []
     for i, values in enumerate(turn_values):
         turns = [TurnRecord(reward=outcomes[i] if t == len(values) - 1 else 0.0, valid=True,
-                            verified=1.0, process_score=0.5, state_signature=f"{t}",
-                            action_signature="a", node_id=-1, anchor_state="s",
-                            validation=bool(validation[i][t]) if validation else False,
-                            mc_value=v) for t, v in enumerate(values)]
+                            node_id=-1, labels={
+                                "validation": bool(validation[i][t]) if validation else False,
+                                "mc_value": v})
+                 for t, v in enumerate(values)]
         n = 2 * len(values)
         records.append(EpisodeRecord(
             tokens=np.arange(n, dtype=np.int32) + 1, action_mask=np.tile([False, True], len(values)),
@@ -86,7 +87,7 @@ def test_greedy_continuations_reproduce_the_episode_so_each_value_is_its_return(
     played = batch.played
     assert metrics["mc/continuations"] == m * played.sum()
     assert metrics["mc/main_steps"] == played.sum()
-    values = batch.turn_mc_values
+    values = batch.labels["mc_value"]
     assert np.isfinite(values[played]).all() and np.isnan(values[~played]).all()
     np.testing.assert_allclose(values, np.where(played, batch.outcome_reward[:, None], np.nan),
                                atol=1e-6)
@@ -118,6 +119,7 @@ def test_each_part_is_reachable_by_config_only(overrides):
     for path, value in overrides.items():
         set_path(config, path, value)
     exp = Experiment.from_config(config)
+    check_labels(exp)   # every label the parts read has a producer
     assert exp.advantage.name == overrides["advantage.name"]
     assert exp.reward.terms == overrides["reward.terms"]
 
@@ -126,16 +128,20 @@ def test_each_part_is_reachable_by_config_only(overrides):
 def test_the_configured_signature_function_names_each_recorded_state(tiny, name):
     from jaxtree.rollout.strategies import sample_independent
     config, params = tiny
+    from jaxtree.rollout.labels import TurnLabeler
+    from jaxtree.rollout.signatures import signature_function
+    labeler = TurnLabeler(("state_signature", "anchor_state", "action_signature"),
+                          signature_function(name))
     engine = SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
                         RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,
                                       max_turns=3, signature=name,
-                                      sampling=SamplingConfig(temperature=0.0)))
+                                      sampling=SamplingConfig(temperature=0.0)), labeler)
     batch = sample_independent(engine, params, jax.random.key(0), [3], 2)
     for i in range(len(batch)):
         for t in range(batch.num_turns[i]):
-            want = (batch.anchor_states[i, t] if name == "state"
-                    else "|".join(batch.action_signatures[i, :t]))
-            assert batch.state_signatures[i, t] == want
+            want = (batch.labels["anchor_state"][i, t] if name == "state"
+                    else "|".join(batch.labels["action_signature"][i, :t]))
+            assert batch.labels["state_signature"][i, t] == want
 
 
 def _label_agreement_by_hand(rewards, verified, valid, num_turns):

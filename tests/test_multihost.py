@@ -248,9 +248,7 @@ def test_joined_shares_number_groups_and_episodes_step_wide():
                 records.append(EpisodeRecord(
                     tokens=np.arange(width, dtype=np.int32), action_mask=np.ones(width, bool),
                     logprobs=np.zeros(width, np.float32), turn_index=np.zeros(width, np.int32),
-                    turns=[TurnRecord(reward=1.0, valid=True, verified=1.0, process_score=0.5,
-                                      state_signature="s", action_signature="a",
-                                      node_id=2 * g + j)],
+                    turns=[TurnRecord(reward=1.0, valid=True, node_id=2 * g + j, labels={"verified": 1.0, "process_score": 0.5, "state_signature": "s", "action_signature": "a"})],
                     success=True, end_reason=DONE, context_full=False, task_id=10 * g,
                     group_id=g, episode_id=2 * g + j, parent_id=-1, fork_turn=-1, depth=0,
                     info={}))

@@ -16,11 +16,14 @@ from jaxtree.experiment import Experiment, default_config, set_path
 from jaxtree.rewards import build_rewards
 from jaxtree.rollout import RolloutConfig, SlotEngine
 from jaxtree.rollout.strategies import build_strategy
-from jaxtree.rollout.strategies.patr import PatrConfig, decide, sample_patr, trailing_repeats
+from jaxtree.rollout.labels import TurnLabeler
+from jaxtree.rollout.strategies.patr import (PatrConfig, expand_and_prune, sample_patr,
+                                             trailing_repeats)
 from jaxtree.rollout.trajectory import NO_PARENT, PRUNED
 from jaxtree.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
+LABELER = TurnLabeler(("action_signature",))
 
 
 def reference_decide(scores, repeats, k, alpha, theta):
@@ -51,17 +54,17 @@ def test_trailing_repeats():
     assert trailing_repeats(["b", "b", "a"]) == 1
 
 
-def test_decide_on_a_hand_checked_case():
+def test_expand_and_prune_on_a_hand_checked_case():
     # median of (0.9, 0.2, 0.6, 0.0, 0.6) is 0.6; with alpha 0.5 the floor is 0.1: only 0.0 is
     # below it. Top-2: 0.9 (branch 0), then the older of the two 0.6 (branch 2). Branch 4
     # repeated its action 3 times (theta 3) and is pruned too; branch 1 survives.
     settings = PatrConfig(expand_top_k=2, prune_margin=0.5, repeat_limit=3)
-    expand, prune = decide([0.9, 0.2, 0.6, 0.0, 0.6], [1, 1, 2, 1, 3], settings,
+    expand, prune = expand_and_prune([0.9, 0.2, 0.6, 0.0, 0.6], [1, 1, 2, 1, 3], settings,
                            np.random.default_rng(0))
     assert expand == [0, 2] and prune == [3, 4]
 
 
-def test_decide_equals_the_plain_python_transcription_on_random_inputs():
+def test_expand_and_prune_equals_the_plain_python_transcription_on_random_inputs():
     rng = np.random.default_rng(0)
     for _ in range(500):
         n = int(rng.integers(1, 9))
@@ -70,7 +73,7 @@ def test_decide_equals_the_plain_python_transcription_on_random_inputs():
         repeats = list(rng.integers(0, 5, n))
         k, alpha, theta = int(rng.integers(0, 4)), float(rng.choice([0.0, 0.25, 0.5])), 3
         settings = PatrConfig(expand_top_k=k, prune_margin=alpha, repeat_limit=theta)
-        got = decide(scores, repeats, settings, np.random.default_rng(1))
+        got = expand_and_prune(scores, repeats, settings, np.random.default_rng(1))
         assert got == reference_decide(scores, repeats, k, alpha, theta), (scores, repeats, k)
 
 
@@ -80,7 +83,7 @@ def test_tree_random_expands_uniformly_and_prunes_only_repeats():
     counts = np.zeros(4)
     for _ in range(2000):
         # scores would prune branch 3 and expand 0 and 1 under PATR; Tree-Random ignores them
-        expand, prune = decide([1.0, 1.0, 0.5, 0.0], [1, 1, 1, 3], settings, rng)
+        expand, prune = expand_and_prune([1.0, 1.0, 0.5, 0.0], [1, 1, 1, 3], settings, rng)
         assert len(set(expand)) == 2 and prune == ([3] if 3 not in expand else [])
         counts[expand] += 1
     np.testing.assert_allclose(counts / 2000, 0.5, atol=0.05)
@@ -92,7 +95,7 @@ def engine(tiny):
     # tests/test_rollout.py's engine shapes (shared compilations).
     return SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
                       RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,
-                                    max_turns=6))
+                                    max_turns=6), TurnLabeler(("action_signature",)))
 
 
 def episode_scorer(episodes):
@@ -121,7 +124,7 @@ def test_the_tree_follows_its_logged_decisions(tiny, engine, group):
         assert d["pruned"] == [d["branches"][i] for i in prune]
         for e in d["branches"]:
             if e in rows:   # the logged repeats are the branch's recorded actions
-                signatures = list(batch.action_signatures[rows[e], :d["turn"]])
+                signatures = list(batch.labels["action_signature"][rows[e], :d["turn"]])
                 assert d["repeats"][index[e]] == trailing_repeats(signatures)
         for e in d["pruned"]:
             pruned.add(e)
@@ -140,8 +143,8 @@ def test_the_tree_follows_its_logged_decisions(tiny, engine, group):
             children_of[key].append(i)
             parent = rows.get(key[0])
             if parent is not None:  # the child's history up to the fork is its parent's
-                np.testing.assert_array_equal(batch.action_signatures[i, :key[1]],
-                                              batch.action_signatures[parent, :key[1]])
+                np.testing.assert_array_equal(batch.labels["action_signature"][i, :key[1]],
+                                              batch.labels["action_signature"][parent, :key[1]])
     if group == "keep_all":
         assert all(len(c) == settings.children - 1 for c in children_of.values())
     sizes = np.bincount(batch.group_ids)
@@ -198,8 +201,8 @@ def test_arpo_engine_tree_follows_the_policy_entropy(tiny, engine):
             continue
         parent, turn = forked_at[int(batch.episode_ids[i])]
         assert (int(batch.parent_ids[i]), int(batch.fork_turns[i])) == (parent, turn)
-        np.testing.assert_array_equal(batch.action_signatures[i, :turn],
-                                      batch.action_signatures[rows[parent], :turn])
+        np.testing.assert_array_equal(batch.labels["action_signature"][i, :turn],
+                                      batch.labels["action_signature"][rows[parent], :turn])
     np.testing.assert_array_equal(np.bincount(batch.group_ids), [6, 6])
     assert not engine.records and not engine.slots
 
@@ -212,7 +215,7 @@ def test_too_few_slots_for_the_initial_branches_is_a_clear_error(tiny, engine):
 
 
 def test_bad_settings_fail_at_launch_naming_the_field():
-    from jaxtree.train.trainer import check_experiment
+    from jaxtree.train.pipeline import check_experiment
     config = default_config()
     set_path(config, "rollout.strategy", "patr")
     set_path(config, "rollout.patr.max_branches", 2)
@@ -231,8 +234,9 @@ def test_bad_settings_fail_at_launch_naming_the_field():
 def test_patr_composes_with_process_credit_by_config_only(tiny):
     """A PATR tree with VPR's verifier rewards and with RTMC's table: the strategy the config
     names builds the batch, and the configured rewards and advantages read it."""
+    from jaxtree.train.pipeline import rollout_labels
     model_config, params = tiny
-    batch = None
+    exps = []
     for reward, advantage in [(("verifier",), "vpr"), (("outcome", "step_validity"), "rtmc")]:
         config = default_config()
         for path, value in {"env.name": "frozen_lake", "env.options": {"style": "compact"},
@@ -245,11 +249,14 @@ def test_patr_composes_with_process_credit_by_config_only(tiny):
                             "rollout.patr.scorer": "judge",
                             "rollout.patr.judge": {"max_prompt_tokens": 256}}.items():
             set_path(config, path, value)
-        exp = Experiment.from_config(config)
-        if batch is None:  # one tree serves both: only the reward and advantage parts differ
-            strategy = build_strategy(exp.rollout, model_config, TOK, exp.env.factory())
-            batch, metrics = strategy.sample(params, jax.random.key(1), [2, 4], step=0)
-            assert metrics["patr/branches"] >= 4
+        exps.append(Experiment.from_config(config))
+    # one tree serves both (with the labels both read): only the reward and advantage differ
+    labels = {label for exp in exps for label in rollout_labels(exp)}
+    assert {"verified", "state_signature", "action_signature"} <= labels
+    strategy = build_strategy(exps[0].rollout, model_config, TOK, exps[0].env.factory(), labels)
+    batch, metrics = strategy.sample(params, jax.random.key(1), [2, 4], step=0)
+    assert metrics["patr/branches"] >= 4
+    for exp in exps:
         rewards = build_rewards(exp.reward)(batch)
         advantages = build_advantage(exp.advantage)(batch, rewards)
         assert advantages.shape == batch.tokens.shape and np.isfinite(advantages).all()
@@ -285,7 +292,7 @@ def played_episode(moves, task=4, episode_id=0):
     episode.start(lambda: environments.make("frozen_lake", style="compact"), TOK)
     for i in range(moves):
         text = episode.env.answer_text(episode.env.oracle_action())
-        episode.play(TOK, TOK.encode(text) + [TOK.end_of_turn_id], True, None, i)
+        episode.play(TOK, TOK.encode(text) + [TOK.end_of_turn_id], True, None, i, LABELER)
     return episode
 
 
@@ -362,6 +369,11 @@ class ScriptedEngine:
 
     def __init__(self, num_slots):
         self.rollout = RolloutConfig(num_slots=num_slots, max_turns=10)
+        self.held = set()
+
+    def _logprobs(self, episode):
+        """The log-probs of the episode's next action (none: a subclass may script them)."""
+        return None
 
     def begin(self, params, rng):
         from jaxtree.rollout.episode import Episode
@@ -404,7 +416,7 @@ class ScriptedEngine:
         for e in self.live:
             text = scripted_move(e.episode_id, e.num_turns)
             over, _ = e.play(TOK, TOK.encode(text) + [TOK.end_of_turn_id], True, 10,
-                             1000 * e.episode_id + e.num_turns)
+                             1000 * e.episode_id + e.num_turns, LABELER, self._logprobs(e))
             if over:
                 self._retire(e)
                 done.append(e.episode_id)
@@ -511,7 +523,7 @@ def test_patr_on_a_scripted_policy_grows_the_tree_alg1_describes(task, budget):
     want = reference_patr(task, 4, 2, 2, 2, 0.2, 3, budget=budget, slots=10)
     got = {int(batch.episode_ids[i]): (
         int(batch.parent_ids[i]), int(batch.fork_turns[i]),
-        [str(a).capitalize() for a in batch.action_signatures[i, :batch.num_turns[i]]],
+        [str(a).capitalize() for a in batch.labels["action_signature"][i, :batch.num_turns[i]]],
         {0: "done", 1: "truncated", 2: "pruned"}[int(batch.end_reason[i])])
         for i in range(len(batch))}
     assert got == want

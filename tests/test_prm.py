@@ -26,6 +26,7 @@ from jaxtree.config import ConfigError
 from jaxtree.models.hf_io import CheckpointError
 from jaxtree.policy import Policy
 from jaxtree.rollout.episode import Episode
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.scorers.prm import (OBSERVATION_UNKNOWN, SEPARATOR, PrmScorer, ProcessRewardModel,
                                  Step, aggregate, replayed_steps, serialize, step_scores_at,
                                  task_start)
@@ -197,7 +198,8 @@ def played(moves, options=None, task=7):
     episode.start(lambda: environments.make("frozen_lake", style="compact",
                                             **(options or {})), TOK)
     for i, move in enumerate(moves):
-        episode.play(TOK, TOK.encode(move) + [TOK.end_of_turn_id], True, None, i)
+        episode.play(TOK, TOK.encode(move) + [TOK.end_of_turn_id], True, None, i,
+                     TurnLabeler(("action_signature",)))
     return episode
 
 

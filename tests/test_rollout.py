@@ -14,6 +14,8 @@ from jaxtree import models
 from jaxtree.rollout import RolloutConfig, SlotEngine
 from jaxtree.rollout.strategies import sample_independent
 from jaxtree.rollout import DONE, PRUNED, TRUNCATED, conversation
+from jaxtree.rollout.labels import TurnLabeler, environment_labels
+from jaxtree.rollout.signatures import signature_function
 from jaxtree.sampling import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 
@@ -185,7 +187,7 @@ def test_held_episodes_sit_outside_the_turn_window(tiny):
             assert engine.stats.rows_per_turn[-1] == 32
         tokens = jax.device_get(engine.state.tokens)
         return [(tuple(tokens[engine.episodes[c].slot, :engine.episodes[c].length]),
-                 engine.episodes[c].action_logprobs) for c in copies]
+                 engine.episodes[c].turns[-1].action_logprobs) for c in copies]
 
     held, everyone = copies_after_one_turn(True), copies_after_one_turn(False)
     assert len({tokens for tokens, _ in held}) > 1   # the copies sampled different actions
@@ -278,16 +280,18 @@ def test_context_overflow_ends_the_episode_truncated(tiny):
 
 
 def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
-    """Verifier label, process score, signatures and reward of every turn equal what a fresh
-    environment replaying the episode's actions reports."""
+    """Every environment label of every turn (verifier, turn score, process score, signatures,
+    anchor, validation) and its reward equal what a fresh environment replaying the episode's
+    actions reports."""
     config, params = tiny
     make_env = frozen_lake(slippery=True)
-    engine = SlotEngine(config, TOK, make_env, FEW_SLOTS)
+    labeler = TurnLabeler(environment_labels(), signature_function("env"))
+    engine = SlotEngine(config, TOK, make_env, FEW_SLOTS, labeler)
     batch = sample_independent(engine, params, jax.random.key(6), task_ids=[0, 1], group_size=2)
     turns = (len(batch), int(batch.num_turns.max()))
-    chex.assert_shape([batch.turn_rewards, batch.turn_valid, batch.turn_verified,
-                       batch.turn_process_scores, batch.state_signatures,
-                       batch.action_signatures, batch.node_ids, batch.parent_nodes], turns)
+    chex.assert_shape([batch.turn_rewards, batch.turn_valid, batch.node_ids, batch.parent_nodes,
+                       *batch.labels.values()], turns)
+    assert set(batch.labels) == set(environment_labels())
     chex.assert_shape([batch.end_reason, batch.depth, batch.context_full], (len(batch),))
     labelled = 0
     for i in range(len(batch)):
@@ -299,17 +303,20 @@ def test_every_turn_is_labelled_as_a_replay_labels_it(tiny):
             ended = bool(action) and action[-1] == TOK.end_of_turn_id
             text = conversation.action_text(TOK, action, ended)
             parsed = env.parse_action(text)
-            assert batch.state_signatures[i, t] == env.state_signature()
-            assert batch.action_signatures[i, t] == env.action_signature(parsed)
-            assert batch.turn_verified[i, t] == float(env.verify(parsed))
+            assert batch.labels["state_signature"][i, t] == env.state_signature()
+            assert batch.labels["action_signature"][i, t] == env.action_signature(parsed)
+            assert batch.labels["verified"][i, t] == float(env.verify(parsed))
+            assert batch.labels["anchor_state"][i, t] == env.canonical_state()
+            assert batch.labels["turn_score"][i, t] == np.float32(env.turn_score(parsed))
             _, reward, _, info = env.step(text)
+            assert batch.labels["validation"][i, t] == bool(info.get("validation", False))
             assert batch.turn_rewards[i, t] == np.float32(reward)
             assert batch.turn_valid[i, t] == info["valid"]
-            assert batch.turn_process_scores[i, t] == np.float32(env.process_score())
+            assert batch.labels["process_score"][i, t] == np.float32(env.process_score())
             labelled += 1
         k = batch.num_turns[i]
-        assert np.all(np.isnan(batch.turn_process_scores[i, k:]))
-        assert all(s is None for s in batch.state_signatures[i, k:])
+        assert np.all(np.isnan(batch.labels["process_score"][i, k:]))
+        assert all(s is None for s in batch.labels["state_signature"][i, k:])
         assert batch.end_reason[i] in (DONE, TRUNCATED)
     assert labelled >= 4
 

@@ -3,7 +3,6 @@ hand-worked rollout trees."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 
@@ -12,7 +11,7 @@ import pytest
 
 # Importing `rtmc` registers the "rtmc" advantage function.
 from jaxtree.advantages import AdvantageStage, build_advantage, rtmc
-from jaxtree.config import ConfigError
+from jaxtree.config import ConfigError, config_fields
 from jaxtree.rewards.base import Rewards
 from jaxtree.rollout.trajectory import DONE, EpisodeRecord, TurnRecord, assemble
 
@@ -42,8 +41,7 @@ def make_batch(rollouts, group_ids, success, context_full=None):
             tokens=np.arange(length, dtype=np.int32) + 1, action_mask=mask.astype(bool),
             logprobs=np.where(mask, -1.0, 0.0).astype(np.float32),
             turn_index=np.repeat(np.arange(len(turns)), per_turn).astype(np.int32),
-            turns=[TurnRecord(reward=0.0, valid=True, verified=1.0, process_score=0.5,
-                              state_signature=s, action_signature=a, node_id=-1)
+            turns=[TurnRecord(reward=0.0, valid=True, node_id=-1, labels={"verified": 1.0, "process_score": 0.5, "state_signature": s, "action_signature": a})
                    for s, a in turns],
             success=bool(success[i]), end_reason=DONE,
             context_full=bool(context_full[i]) if context_full is not None else False,
@@ -57,7 +55,7 @@ def make_batch(rollouts, group_ids, success, context_full=None):
 # strings, loops over groups, rollouts and turns.
 
 def ref_rtmc(batch, rewards, valid, gamma, n_prior, normalize_std, drop_uniform):
-    n, k = batch.state_signatures.shape
+    n, k = batch.labels["state_signature"].shape
     out = [[0.0] * k for _ in range(n)]
     groups: dict[int, list[int]] = {}
     for i in range(n):
@@ -77,7 +75,7 @@ def ref_rtmc(batch, rewards, valid, gamma, n_prior, normalize_std, drop_uniform)
                                                else 0.0) for t in range(length)]
             seen = set()
             for t in range(length):
-                s, a = batch.state_signatures[i][t], batch.action_signatures[i][t]
+                s, a = batch.labels["state_signature"][i][t], batch.labels["action_signature"][i][t]
                 if s in seen:
                     continue
                 seen.add(s)
@@ -122,7 +120,7 @@ def random_case(rng, n, k):
         if mode < 2:
             success[group_ids == g] = bool(mode)
     batch = make_batch(rollouts, group_ids, success)
-    assert batch.state_signatures.shape == (n, k)
+    assert batch.labels["state_signature"].shape == (n, k)
     turn = rng.choice(REWARD_GRID, (n, k)).astype(np.float32)
     outcome = (success + rng.choice([0.0, -0.1], n)).astype(np.float32)
     valid = rng.random(n) > 0.15
@@ -259,7 +257,7 @@ def test_uniform_group_fraction_counts_the_groups_the_filter_zeroes():
 
 def test_played_turn_without_signature_is_an_error():
     batch, _ = tree_batch()
-    batch.state_signatures[1, 2] = None
+    batch.labels["state_signature"][1, 2] = None
     with pytest.raises(ValueError, match="row 1 turn 2"):
         rtmc.signature_ids(batch)
 
@@ -321,5 +319,5 @@ def test_config_rejects_out_of_range_settings(field, value):
 
 
 def test_config_options_cite_the_paper():
-    for f in dataclasses.fields(rtmc.RtmcConfig):
+    for f in config_fields(rtmc.RtmcConfig):
         assert "RTMC §" in f.metadata["doc"], f.name

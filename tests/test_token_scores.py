@@ -104,5 +104,7 @@ def test_the_trainer_updates_with_the_model_sections_memory_knobs(tmp_path):
     from jaxtree.train.trainer import Trainer
     from toy_run import toy_config
     exp = Experiment.from_config(toy_config(model__remat=True, model__logits_chunk=16))
-    trainer = Trainer(exp, str(tmp_path), exp.model.load(), {})
+    from jaxtree.train.pipeline import build_pipeline
+    policy = exp.model.load()
+    trainer = Trainer(exp, build_pipeline(exp, policy), str(tmp_path), policy, {})
     assert trainer.updater.memory == TrainingMemory(remat=True, logits_chunk=16)

@@ -32,8 +32,12 @@ def _random_batch(config, rows=8, width=24, seed=0):
 
 
 def _with_weights(batch, mode="seq-mean-token-mean", norm_constant=None):
-    return dict(batch, weights=np.asarray(losses.aggregation_weights(
-        jnp.asarray(batch["action_mask"]), mode, norm_constant)))
+    """The minibatch of `batch` (a dict of its arrays, or a Minibatch whose weights are
+    recomputed) with the aggregation weights of `mode`."""
+    fields = batch._asdict() if isinstance(batch, losses.Minibatch) else dict(batch)
+    fields["weights"] = np.asarray(losses.aggregation_weights(
+        jnp.asarray(fields["action_mask"]), mode, norm_constant))
+    return losses.Minibatch(**fields)
 
 
 def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef, entropy_coef):
@@ -41,6 +45,7 @@ def _direct_loss(config, params, batch, eps_low, eps_high, kl_coef, entropy_coef
     row: the policy's log-prob of token t (and the entropy there) comes from the logits at
     position t - 1 of a full forward."""
     from jaxtree.models import forward
+    batch = batch._asdict()
     logits = forward(config, params, jnp.asarray(batch["tokens"]))
     logp = jax.nn.log_softmax(logits, axis=-1)
     rows = []
@@ -95,7 +100,7 @@ def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
     np.testing.assert_allclose(metrics["grad_norm"], grad_norm, rtol=1e-4)
     chex.assert_trees_all_close(state.params, expected, atol=1e-6, rtol=0)
     assert int(state.step) == 1 and int(metrics["skipped"]) == 0
-    assert metrics["tokens"] == batch["action_mask"].sum()
+    assert metrics["tokens"] == batch.action_mask.sum()
 
 
 @pytest.mark.parametrize("mode", losses.AGGREGATIONS)
@@ -136,9 +141,9 @@ def test_length_groups_sort_rows_by_the_width_they_need():
         ([[0], [1], [2], [3]], 16), ([[4], [5]], 16), ([[6]], 16), ([[7], [8]], 8), ([[9]], 8)]
     batch = _with_weights(dict(_random_batch(None, rows=5, width=12), action_mask=mask))
     mb = take_micro_batch(batch, np.array([0, -1, -1]), 8)
-    assert mb["tokens"].shape == (3, 8) and np.array_equal(mb["tokens"][0], batch["tokens"][0, :8])
+    assert mb.tokens.shape == (3, 8) and np.array_equal(mb.tokens[0], batch.tokens[0, :8])
     for key in ("action_mask", "weights", "advantages", "old_logprobs", "ref_logprobs"):
-        assert not mb[key][1:].any(), key  # fillers carry no loss
+        assert not getattr(mb, key)[1:].any(), key  # fillers carry no loss
 
 
 def test_micro_batches_by_length_equal_the_fused_step(tiny):
@@ -147,12 +152,12 @@ def test_micro_batches_by_length_equal_the_fused_step(tiny):
     a row needs them."""
     config, params = tiny
     batch = _with_weights(_random_batch(config, rows=8, width=40, seed=5))
-    batch["action_mask"][1] = False          # a second row without action tokens
-    batch["action_mask"][2, :] = False
-    batch["action_mask"][2, 3:5] = True      # and a short one among long ones
+    batch.action_mask[1] = False             # a second row without action tokens
+    batch.action_mask[2, :] = False
+    batch.action_mask[2, 3:5] = True         # and a short one among long ones
     batch = _with_weights(batch)
     updater = Updater(config, SGD, LOSS, 2, mesh_lib.make_mesh(), params, width_multiple=8)
-    widths = needed_widths(batch["action_mask"], batch["weights"])
+    widths = needed_widths(batch.action_mask, batch.weights)
     assert len({w for _, w in length_groups(widths, 2, 8)}) > 1  # several widths compiled
     fused, fused_metrics = updater.step(updater.init_state(params), batch)
     grouped, grouped_metrics = updater.step(updater.init_state(params), batch, by_length=True)
@@ -163,14 +168,14 @@ def test_micro_batches_by_length_equal_the_fused_step(tiny):
                                    atol=1e-7)
     assert int(grouped.step) == 1 and int(grouped_metrics["skipped"]) == 0
     placed = updater.place_params(params)
-    full = np.asarray(updater.logprobs(placed, batch["tokens"]))
-    cut = np.asarray(updater.logprobs(placed, batch["tokens"], widths))
+    full = np.asarray(updater.logprobs(placed, batch.tokens))
+    cut = np.asarray(updater.logprobs(placed, batch.tokens, widths))
     for i, w in enumerate(widths):
         np.testing.assert_allclose(cut[i, :w], full[i, :w], atol=1e-5)
         assert not cut[i, w:].any()
     # a minibatch without any action token: no update, nothing non-finite
-    empty = dict(batch, action_mask=np.zeros_like(batch["action_mask"]),
-                 weights=np.zeros_like(batch["weights"]))
+    empty = batch._replace(action_mask=np.zeros_like(batch.action_mask),
+                           weights=np.zeros_like(batch.weights))
     state, metrics = updater.step(updater.init_state(params), empty, by_length=True)
     assert float(metrics["tokens"]) == 0 and float(metrics["grad_norm"]) == 0
     assert int(metrics["skipped"]) == 0
@@ -179,8 +184,8 @@ def test_micro_batches_by_length_equal_the_fused_step(tiny):
 def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
     config, params = tiny
     batch = _with_weights(_random_batch(config, seed=2))
-    batch["advantages"] = batch["advantages"].copy()
-    batch["advantages"][0, batch["action_mask"][0]] = np.nan
+    batch = batch._replace(advantages=batch.advantages.copy())
+    batch.advantages[0, batch.action_mask[0]] = np.nan
     optimizer = SGD  # the step compiled for the accumulation test
     state, metrics = _update_step(config, optimizer, LOSS, 4, _state(params, optimizer), batch)
     assert int(metrics["skipped"]) == 1

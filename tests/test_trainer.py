@@ -2,6 +2,7 @@
 test_job_faults.py)."""
 
 import os
+import types
 
 import chex
 import jax
@@ -163,8 +164,7 @@ def _synthetic_batch(rewards_by_group, turns=3, width=16):
                 tokens=np.arange(width, dtype=np.int32), action_mask=mask,
                 logprobs=np.where(mask, -1.0, 0.0).astype(np.float32), turn_index=turn_index,
                 turns=[TurnRecord(reward=float(r) if t == turns - 1 else 0.0, valid=valid[t],
-                                  verified=1.0, process_score=0.5, state_signature=f"{t}|s",
-                                  action_signature="a", node_id=episode * turns + t)
+                                  node_id=episode * turns + t)
                        for t in range(turns)],
                 success=r > 0, end_reason=DONE, context_full=False, task_id=1000 + g,
                 group_id=g, episode_id=episode, parent_id=-1, fork_turn=-1, depth=0, info={}))
@@ -202,9 +202,8 @@ def _bare_trainer(strategy, **overrides):
     exp = Experiment.from_config(toy_config(**overrides))
     trainer = Trainer.__new__(Trainer)
     trainer.exp = exp
-    trainer.strategy = strategy
-    trainer.reward_fn = build_rewards(exp.reward)
-    trainer.group_filter = build_filter(exp.filter)
+    trainer.pipeline = types.SimpleNamespace(strategy=strategy, rewards=build_rewards(exp.reward),
+                                             filter=build_filter(exp.filter))
     trainer.policy = type("P", (), {"tokenizer": type("T", (), {"pad_id": 0})()})()
     return trainer
 

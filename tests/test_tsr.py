@@ -17,6 +17,7 @@ from jaxtree.rollout import RolloutConfig, SlotEngine
 from jaxtree.rollout.strategies.tsr import (BeamConfig, sample_beam, sample_best_of_n,
                                             top_indices)
 from jaxtree.rollout.trajectory import DONE, TRUNCATED
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -50,7 +51,7 @@ def engine(tiny):
     # tests/test_rollout.py's engine shapes (shared compilations); 16 slots hold the searches.
     return SlotEngine(config, TOK, lambda: environments.make("frozen_lake", style="compact"),
                       RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6,
-                                    max_turns=4))
+                                    max_turns=4), TurnLabeler(("turn_score",)))
 
 
 def test_best_of_n_keeps_the_highest_returns(tiny, engine):
@@ -92,11 +93,12 @@ def test_search_keeps_the_exhaustive_top_and_yields_each_searchs_best(tiny, engi
     assert sorted(batch.episode_ids.tolist()) == chosen
     assert np.bincount(batch.group_ids).tolist() == [2, 2]
     assert set(batch.end_reason.tolist()) <= {DONE, TRUNCATED}
-    assert np.isfinite(batch.turn_scores[batch.played]).all()
+    assert np.isfinite(batch.labels["turn_score"][batch.played]).all()
     for r in results:
         final_scores = {}
         for i in np.flatnonzero(np.isin(batch.episode_ids, r["chosen"])):
-            final_scores[int(batch.episode_ids[i])] = float(batch.turn_scores[i, :batch.num_turns[i]].sum())
+            final_scores[int(batch.episode_ids[i])] = float(
+                batch.labels["turn_score"][i, :batch.num_turns[i]].sum())
         # a chosen trajectory's ranking score is the sum of its recorded turn scores
         for e, score in final_scores.items():
             last = [x for x in rankings if e in x["kept"]][-1]
@@ -108,7 +110,7 @@ def test_search_keeps_the_exhaustive_top_and_yields_each_searchs_best(tiny, engi
 
 
 def test_search_settings_are_checked_at_launch():
-    from jaxtree.train.trainer import check_experiment
+    from jaxtree.train.pipeline import check_experiment
     config = default_config()
     set_path(config, "rollout.strategy", "best_of_n")
     set_path(config, "rollout.best_of_n.candidates", 4)

@@ -250,8 +250,7 @@ def episode(turns, *, success=False, group=0, episode_id=0, context_full=False):
         tokens=np.arange(length, dtype=np.int32) % 7 + 1, action_mask=action_mask,
         logprobs=np.zeros(length, np.float32),
         turn_index=np.repeat(np.arange(len(turns), dtype=np.int32), per_turn),
-        turns=[TurnRecord(reward=0.0, valid=valid, verified=float(verified), process_score=0.5,
-                          state_signature=signature, action_signature=f"a{node}", node_id=node)
+        turns=[TurnRecord(reward=0.0, valid=valid, node_id=node, labels={"verified": float(verified), "process_score": 0.5, "state_signature": signature, "action_signature": f"a{node}"})
                for verified, valid, signature, node in turns],
         success=success, end_reason=DONE, context_full=context_full, task_id=group,
         group_id=group, episode_id=episode_id, parent_id=NO_PARENT, fork_turn=NO_PARENT,
@@ -264,7 +263,7 @@ def test_verifier_term_reads_the_verdicts_with_the_papers_defaults():
         episode([(0, False, "0", 3), (1, True, "1", 4)], episode_id=1),  # an unparseable action
         episode([(0, True, "0", 5)], episode_id=2),
     ], pad_id=0)
-    assert np.isnan(batch.turn_verified[1, 2])  # NaN past the last turn reaches the term
+    assert np.isnan(batch.labels["verified"][1, 2])  # NaN past the last turn reaches the term
     rewards = build_rewards(RewardStage(terms=("verifier",)))(batch)
     # Paper: r_t = V(s_t, a_t) in {0, 1}; the invalid action has V = 0; no outcome bonus.
     np.testing.assert_array_equal(rewards.turn, [[1, 0, 1], [0, 1, 0], [0, 0, 0]])
@@ -279,7 +278,7 @@ def test_verifier_term_reads_the_verdicts_with_the_papers_defaults():
 
 def test_verifier_term_rejects_a_missing_verdict_and_bad_settings():
     batch = assemble([episode([(1, True, "0", 0), (0, True, "1", 1)])], pad_id=0)
-    batch.turn_verified[0, 1] = np.nan
+    batch.labels["verified"][0, 1] = np.nan
     with pytest.raises(ValueError, match="NaN on a played turn of row 0"):
         verifier_turn_rewards(batch)
     with pytest.raises(ConfigError, match="invalid_reward"):

@@ -12,7 +12,8 @@
 """
 
 from jaxtree.advantages import estimators, gigpo, rtmc, vpr  # noqa: F401  (registration)
-from jaxtree.advantages.base import ADVANTAGES, AdvantageFn, AdvantageStage, build_advantage
+from jaxtree.advantages.base import (ADVANTAGES, AdvantageEstimator, AdvantageFn, AdvantageStage,
+                                     build_advantage)
 from jaxtree.advantages.broadcast import sequence_to_tokens, turns_to_tokens
 from jaxtree.advantages.group_filters import (FILTERS, FilterStage, GroupFilter, build_filter,
                                               dynamic_sampling_keep, select_groups,
@@ -20,7 +21,7 @@ from jaxtree.advantages.group_filters import (FILTERS, FilterStage, GroupFilter,
 from jaxtree.advantages.group import (discounted_returns, grpo_advantages, rloo_advantages,
                                       step_reward_advantages)
 
-__all__ = ["ADVANTAGES", "AdvantageFn", "AdvantageStage", "FILTERS", "FilterStage", "GroupFilter",
-           "build_advantage", "build_filter", "discounted_returns", "dynamic_sampling_keep",
+__all__ = ["ADVANTAGES", "AdvantageEstimator", "AdvantageFn", "AdvantageStage", "FILTERS",
+           "FilterStage", "GroupFilter", "build_advantage", "build_filter", "discounted_returns", "dynamic_sampling_keep",
            "grpo_advantages", "rloo_advantages", "select_groups", "sequence_to_tokens",
            "step_reward_advantages", "top_std_groups_keep", "turns_to_tokens"]

@@ -5,13 +5,15 @@ An advantage function is a pure function of the batch and its rewards:
     advantages = advantage_fn(batch, rewards, valid)     # float32[N, T], 0 off action tokens
 
 `valid` (bool[N]) marks the trajectories that take part in group statistics; the others get
-advantage 0 (PATR Eq. 9: statistics "over all valid trajectories"). A function may carry a
-`metrics(batch, rewards, valid) -> dict[str, float]` attribute, whose values the trainer logs
-each step (RTMC's table sizes, GiGPO's step groups). New functions register with their typed
-settings (`config.advantage.<name>.*`):
+advantage 0 (PATR Eq. 9: statistics "over all valid trajectories"). New functions register with
+their typed settings (`config.advantage.<name>.*`) and the per-turn labels they read:
 
-    @ADVANTAGES.register("my_estimator", MyConfig)
+    @ADVANTAGES.register("my_estimator", MyConfig, reads=("state_signature",))
     def my_estimator(settings: MyConfig) -> AdvantageFn: ...
+
+A registered function returns the advantage function, or an `AdvantageEstimator` that also has
+diagnostics, `metrics(batch, rewards, valid) -> dict[str, float]`, which the trainer logs each
+step (RTMC's table sizes, GiGPO's step groups).
 """
 
 from __future__ import annotations
@@ -49,20 +51,41 @@ class AdvantageStage(Section):
         return np.ones(len(batch), bool)
 
 
+MetricsFn = Callable[[TrajectoryBatch, Rewards, np.ndarray], dict[str, float]]
+
+
+class AdvantageEstimator:
+    """An advantage function with its diagnostics: `estimator(batch, rewards, valid)` ->
+    float32[N, T] and `estimator.metrics(batch, rewards, valid)` -> {name: value} ({} without
+    a `metrics_fn`)."""
+
+    def __init__(self, fn: AdvantageFn, metrics_fn: MetricsFn | None = None):
+        self.fn = fn
+        self.metrics_fn = metrics_fn
+
+    def __call__(self, batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
+        return self.fn(batch, rewards, valid)
+
+    def metrics(self, batch: TrajectoryBatch, rewards: Rewards,
+                valid: np.ndarray) -> dict[str, float]:
+        return {} if self.metrics_fn is None else self.metrics_fn(batch, rewards, valid)
+
+
 class Advantage:
     """The configured estimator: `advantage(batch, rewards)` -> float32[N, T], and
     `advantage.metrics(batch, rewards)` -> its diagnostics ({} if it has none)."""
 
     def __init__(self, stage: AdvantageStage):
         self.stage = stage
-        self.fn = ADVANTAGES.build(stage.name, stage.part_settings(stage.name))
+        built = ADVANTAGES.build(stage.name, stage.part_settings(stage.name))
+        self.estimator = (built if isinstance(built, AdvantageEstimator)
+                          else AdvantageEstimator(built))
 
     def __call__(self, batch: TrajectoryBatch, rewards: Rewards) -> np.ndarray:
-        return np.asarray(self.fn(batch, rewards, self.stage.valid(batch)), np.float32)
+        return np.asarray(self.estimator(batch, rewards, self.stage.valid(batch)), np.float32)
 
     def metrics(self, batch: TrajectoryBatch, rewards: Rewards) -> dict[str, float]:
-        metrics = getattr(self.fn, "metrics", None)
-        return {} if metrics is None else metrics(batch, rewards, self.stage.valid(batch))
+        return self.estimator.metrics(batch, rewards, self.stage.valid(batch))
 
 
 def build_advantage(stage: AdvantageStage) -> Advantage:

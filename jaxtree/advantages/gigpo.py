@@ -11,7 +11,7 @@ Per task group g and played turn t of rollout i:
 
 F is the unbiased std of the group plus epsilon (verl-agent's "mean_std_norm") or 1
 ("mean_norm"); a group (or step group) with one member gets 0. The anchor state is the canonical
-state before the action (`TrajectoryBatch.anchor_states`): identical observations at any depth
+state before the action (the `anchor_state` label): identical observations at any depth
 match, and a state a rollout returns to adds one member per visit (verl-agent groups every step
 by its observation; it has no first-visit rule). Defaults are verl-agent's: gamma = 0.95, w = 1.
 
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtree.advantages.base import ADVANTAGES, dense_groups
+from jaxtree.advantages.base import ADVANTAGES, AdvantageEstimator, dense_groups
 from jaxtree.advantages.broadcast import turns_to_tokens
 from jaxtree.advantages.group import grpo_advantages
 from jaxtree.advantages.rtmc import turn_returns
@@ -59,13 +59,14 @@ def anchor_ids(batch: TrajectoryBatch) -> np.ndarray:
     Raises:
       ValueError: a played turn has no anchor state.
     """
-    n, k = batch.anchor_states.shape
+    anchors = batch.label("anchor_state")
+    n, k = anchors.shape
     ids = np.full((n, k), NO_ANCHOR, np.int32)
     keys: dict[tuple[int, str], int] = {}
     for i in range(n):
         group = int(batch.group_ids[i])
         for t in range(int(batch.num_turns[i])):
-            anchor = batch.anchor_states[i, t]
+            anchor = anchors[i, t]
             if anchor is None:
                 raise ValueError(f"row {i} turn {t} is played but has no anchor state")
             ids[i, t] = keys.setdefault((group, anchor), len(keys))
@@ -149,7 +150,7 @@ def gigpo_turn_advantages(batch: TrajectoryBatch, rewards: Rewards, valid: np.nd
                       settings.normalize_std, settings.epsilon)
 
 
-@ADVANTAGES.register("gigpo", GigpoConfig)
+@ADVANTAGES.register("gigpo", GigpoConfig, reads=("anchor_state",))
 def gigpo(settings: GigpoConfig):
     """Episode GRPO plus w x step advantages grouped by anchor state (GiGPO, verl-agent), on
     each turn's action tokens."""
@@ -161,5 +162,4 @@ def gigpo(settings: GigpoConfig):
     def metrics(batch: TrajectoryBatch, rewards: Rewards, valid: np.ndarray):
         del rewards
         return step_group_metrics(anchor_ids(batch), valid)
-    fn.metrics = metrics
-    return fn
+    return AdvantageEstimator(fn, metrics)

@@ -29,8 +29,8 @@ necessarily contiguous).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from typing import Protocol
 
 import numpy as np
 
@@ -155,9 +155,13 @@ def select_groups(keep, group_ids, num_groups_wanted: int) -> np.ndarray:
 FILTERS = Registry("filter")
 
 
-class GroupFilter(Protocol):
-    max_rounds: int  # rollout rounds to refill the batch with kept groups (1: no refill)
+class GroupFilter(abc.ABC):
+    """A registered group filter. `max_rounds`: rollout rounds to refill the batch with kept
+    groups (1, the default: no refill)."""
 
+    max_rounds: int = 1
+
+    @abc.abstractmethod
     def keep(self, batch: TrajectoryBatch, rewards: Rewards) -> np.ndarray:
         """bool[N]: the rows of the groups kept."""
 
@@ -173,13 +177,15 @@ class FilterStage(Section):
 
 
 def build_filter(stage: FilterStage) -> GroupFilter:
-    return FILTERS.build(stage.name, stage.part_settings(stage.name))
+    """The configured filter, built with its settings (`config.filter.<name>`)."""
+    built = FILTERS.build(stage.name, stage.part_settings(stage.name))
+    if not isinstance(built, GroupFilter):
+        raise TypeError(f"filter {stage.name!r} built a {type(built).__name__}, not a "
+                        "GroupFilter")
+    return built
 
 
-@dataclasses.dataclass(frozen=True)
-class _KeepAll:
-    max_rounds: int = 1
-
+class _KeepAll(GroupFilter):
     def keep(self, batch: TrajectoryBatch, rewards: Rewards) -> np.ndarray:
         return np.ones(len(batch), bool)
 
@@ -198,7 +204,7 @@ class DynamicSamplingConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class _DynamicSampling:
+class _DynamicSampling(GroupFilter):
     max_rounds: int
 
     def keep(self, batch: TrajectoryBatch, rewards: Rewards) -> np.ndarray:
@@ -220,9 +226,8 @@ class TopStdConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class _TopStd:
+class _TopStd(GroupFilter):
     keep_fraction: float
-    max_rounds: int = 1
 
     def keep(self, batch: TrajectoryBatch, rewards: Rewards) -> np.ndarray:
         return top_std_groups_keep(rewards.outcome, batch.group_ids, self.keep_fraction)

@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtree.advantages.base import ADVANTAGES, dense_groups
+from jaxtree.advantages.base import ADVANTAGES, AdvantageEstimator, dense_groups
 from jaxtree.advantages.broadcast import turns_to_tokens
 from jaxtree.advantages.group import discounted_returns
 from jaxtree.config import Section, between, non_negative, option
@@ -74,8 +74,8 @@ def signature_ids(batch: TrajectoryBatch) -> tuple[np.ndarray, np.ndarray]:
     groups gets two ids, so one segment sum over the whole batch builds every group's table.
 
     Args:
-      batch: uses group_ids int32[N], num_turns int32[N], state_signatures and
-        action_signatures object[N, K] (str on played turns).
+      batch: uses group_ids int32[N], num_turns int32[N], the state_signature and
+        action_signature labels object[N, K] (str on played turns).
 
     Returns:
       (state_ids int32[N, K], action_ids int32[N, K]): state_ids[i, t] names (group, state
@@ -83,7 +83,7 @@ def signature_ids(batch: TrajectoryBatch) -> tuple[np.ndarray, np.ndarray]:
       signature). Both lie in [0, N*K) and are NO_KEY past num_turns and on a later visit of a
       state the rollout has already visited (only the first visit enters the table).
     """
-    states, actions = batch.state_signatures, batch.action_signatures
+    states, actions = batch.label("state_signature"), batch.label("action_signature")
     n, k = states.shape
     state_ids = np.full((n, k), NO_KEY, np.int32)
     action_ids = np.full((n, k), NO_KEY, np.int32)
@@ -339,7 +339,7 @@ def rtmc_turn_advantages(batch: TrajectoryBatch, rewards: Rewards, valid: np.nda
         settings.n_prior, settings.normalize_std, settings.drop_uniform_groups)
 
 
-@ADVANTAGES.register("rtmc", RtmcConfig)
+@ADVANTAGES.register("rtmc", RtmcConfig, reads=("state_signature", "action_signature"))
 def rtmc(settings: RtmcConfig):
     """Q(s, a) - V'(s) of each turn from the group's rollout-tree statistics table, on that turn's
     action tokens (RTMC §3, Eqs. 5-11)."""
@@ -353,5 +353,4 @@ def rtmc(settings: RtmcConfig):
         return {**table_metrics(*signature_ids(batch), valid, batch.num_turns),
                 "rtmc/uniform_group_fraction": uniform_group_fraction(batch.success,
                                                                       batch.group_ids, valid)}
-    fn.metrics = metrics
-    return fn
+    return AdvantageEstimator(fn, metrics)

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtree.advantages.base import ADVANTAGES
+from jaxtree.advantages.base import ADVANTAGES, AdvantageEstimator
 from jaxtree.advantages.broadcast import turns_to_tokens
 from jaxtree.config import Section, between, one_of, option, positive
 from jaxtree.rewards.base import Rewards
@@ -173,7 +173,7 @@ def state_groups(batch: TrajectoryBatch, active: np.ndarray) -> tuple[np.ndarray
     """State groups of a batch's active turns (host side).
 
     Args:
-      batch: reads group_ids, state_signatures and node_ids.
+      batch: reads group_ids, the state_signature label and node_ids.
       active: bool[N, K], the turns to group.
 
     Returns:
@@ -186,13 +186,15 @@ def state_groups(batch: TrajectoryBatch, active: np.ndarray) -> tuple[np.ndarray
       ValueError: an active turn has no state signature.
     """
     n, k = active.shape
+    signatures = batch.label("state_signature")
     ids = np.full((n, k), NO_STATE_GROUP, np.int32)
     keys: dict[tuple[int, str], int] = {}
     for i, t in zip(*np.nonzero(active)):
-        signature = batch.state_signatures[i, t]
+        signature = signatures[i, t]
         if signature is None:
-            raise ValueError(f"state_signatures[{i}, {t}] is None on a played turn: the "
-                             f"state_group grouping needs the rollout's state signatures")
+            raise ValueError(f"the state_signature label of row {i} turn {t} is None on a "
+                             f"played turn: the state_group grouping needs the rollout's state "
+                             f"signatures")
         ids[i, t] = keys.setdefault((int(batch.group_ids[i]), signature), len(keys))
     counted = np.array(active, bool).reshape(-1)
     nodes = np.where(active, batch.node_ids, NO_NODE).reshape(-1)
@@ -216,7 +218,12 @@ class VprConfig(Section):
                            "actions taken from the same state", check=one_of(GROUPINGS))
 
 
-@ADVANTAGES.register("vpr", VprConfig)
+def _vpr_reads(settings: VprConfig) -> tuple[str, ...]:
+    """The state groups of the released code's grouping read the state signatures."""
+    return ("state_signature",) if settings.grouping == "state_group" else ()
+
+
+@ADVANTAGES.register("vpr", VprConfig, reads=_vpr_reads)
 def vpr(settings: VprConfig):
     """Turn-normalized verifier rewards, (r_{i,t} - mu_t) / (sigma_t + delta), on each turn's
     action tokens (VPR §2.3 Eq. 4, gamma = 0; use with reward.terms = ('verifier',))."""
@@ -243,5 +250,4 @@ def vpr(settings: VprConfig):
             return {"vpr/turn_reward_mean": 0.0, "vpr/positive_turn_fraction": 0.0}
         return {"vpr/turn_reward_mean": float(values.mean()),
                 "vpr/positive_turn_fraction": float(np.mean(values > 0))}
-    fn.metrics = metrics
-    return fn
+    return AdvantageEstimator(fn, metrics)

@@ -15,10 +15,9 @@ from typing import Any, Mapping
 
 from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment, set_path
-from jaxtree.train.trainer import check_experiment
+from jaxtree.train.pipeline import check_experiment
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DEFAULT_METRICS = ("eval/success_rate", "eval/pass@1")
 DEFAULT_SEED_FIELD = "train.seed"

@@ -12,7 +12,7 @@ from jaxtree.compare.grid import GridError, load_grid
 from jaxtree.compare.plan import Run, plan_runs
 from jaxtree.compare.results import aggregate, aggregation_seeds, markdown_table, \
     metric_file_name, write_results
-from jaxtree.compare.runner import Runner, SubprocessRunner, stop_requested
+from jaxtree.compare.runner import Runner, SubprocessRunner, as_runner, stop_requested
 from jaxtree.compare.runs import Failure, OutputLock, check_recorded, execute, is_built, \
     run_state
 
@@ -57,7 +57,7 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
     input or a refusal, reported in one line on `stderr`) or 130 (stopped by a signal)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    runner = runner or SubprocessRunner(echo=stdout)
+    runner = as_runner(runner or SubprocessRunner(echo=stdout))
 
     def say(text: str) -> None:
         print(text, file=stdout, flush=True)

@@ -1,6 +1,7 @@
-"""Runners: a runner is any callable `runner(argv, workdir, log_path) -> int` (the exit status)
-that runs one job. `SubprocessRunner` is the default; tests pass a fake that writes synthetic
-`metrics.jsonl` / `train_summary.json`."""
+"""Runners: a runner runs one job, `runner(argv, workdir, log_path) -> int` (the exit status),
+and says whether a signal asked the harness to start no further job (`stop_requested`).
+`SubprocessRunner` is the default; a plain callable is a runner that is never stopped
+(`as_runner`: tests pass a fake that writes synthetic `metrics.jsonl` / `train_summary.json`)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,34 @@ from typing import Callable, TextIO
 
 from jaxtree.compare.grid import REPO_ROOT
 
-Runner = Callable[[list, str, str], int]
+class Runner:
+    """Runs one job. `stop_requested`: a signal asked the harness to start no further job
+    (never, unless the runner forwards signals: `SubprocessRunner.forward_signals`)."""
+
+    stop_requested: bool = False
+
+    def __call__(self, argv: list, workdir: str, log_path: str) -> int:
+        raise NotImplementedError
+
+
+class FunctionRunner(Runner):
+    """A plain `fn(argv, workdir, log_path) -> int` as a runner."""
+
+    def __init__(self, fn: Callable[[list, str, str], int]):
+        self.fn = fn
+
+    def __call__(self, argv: list, workdir: str, log_path: str) -> int:
+        return self.fn(argv, workdir, log_path)
+
+
+def as_runner(runner: Runner | Callable[[list, str, str], int]) -> Runner:
+    """`runner` itself, or a plain callable wrapped as a runner."""
+    return runner if isinstance(runner, Runner) else FunctionRunner(runner)
 
 
 def stop_requested(runner: Runner) -> bool:
     """Whether a signal asked the harness to start no further job (see `forward_signals`)."""
-    return getattr(runner, "stop_requested", False)
+    return runner.stop_requested
 
 
 def log_tail(path: str, lines: int = 15) -> list[str]:
@@ -35,7 +58,7 @@ def log_tail(path: str, lines: int = 15) -> list[str]:
     return [line for line in re.split(r"[\r\n]+", text) if line.strip()][-lines:]
 
 
-class SubprocessRunner:
+class SubprocessRunner(Runner):
     """`argv` as a subprocess in the repository root, its stdout and stderr appended to
     `log_path` and echoed to `echo` (default sys.stdout).
 

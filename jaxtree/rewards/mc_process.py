@@ -7,7 +7,8 @@ consecutive state values":
     r_t = V(s_{t+1}) - V(s_t),   V(s_T) = the episode's own return (its final state's value),
 
 with V(s_t) the mean return of the continuations the `mc_values` rollout strategy played from
-s_t (`TrajectoryBatch.turn_mc_values`). The rewards telescope: sum_t r_t = return - V(s_0).
+s_t (the `mc_value` label, which only that strategy produces: the term declares it reads it, so
+a config without that strategy fails at launch). The rewards telescope: sum_t r_t = return - V(s_0).
 Pair it with the advantage estimator VPR uses for its own turn rewards (`advantage.name=vpr`),
 so that MC-PR and VPR differ only in where the turn rewards come from.
 """
@@ -27,12 +28,12 @@ def mc_process_rewards(batch: TrajectoryBatch) -> np.ndarray:
     Raises:
       ValueError: a played turn has no value estimate (the rollout was not `mc_values`).
     """
-    values = np.asarray(batch.turn_mc_values, np.float32)
+    values = np.asarray(batch.label("mc_value"), np.float32)
     played = batch.played
     missing = played & np.isnan(values)
     if missing.any():
         row, turn = (int(x) for x in np.argwhere(missing)[0])
-        raise ValueError(f"turn_mc_values is NaN on played turn {turn} of row {row}: the "
+        raise ValueError(f"the mc_value label is NaN on played turn {turn} of row {row}: the "
                          f"mc_process reward needs rollout.strategy='mc_values'")
     n, k = values.shape
     following = np.empty((n, k), np.float32)
@@ -92,7 +93,7 @@ def label_agreement(rewards: np.ndarray, verified: np.ndarray, valid: np.ndarray
             "kinds": kinds, "auc": aucs}
 
 
-@REWARDS.register("mc_process")
+@REWARDS.register("mc_process", reads=("mc_value",))
 def mc_process(settings: None):
     """turn += V(s_{t+1}) - V(s_t) from the mc_values rollout's Monte-Carlo values (VPR's MC-PR
     baseline; outcome untouched)."""

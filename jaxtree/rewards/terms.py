@@ -69,13 +69,13 @@ class ValidationBonusConfig(Section):
                          "(RTMC §3.4 Eq. 12: beta = 0.05)", check=non_negative())
 
 
-@REWARDS.register("validation_bonus", ValidationBonusConfig)
+@REWARDS.register("validation_bonus", ValidationBonusConfig, reads=("validation",))
 def validation_bonus(settings: ValidationBonusConfig):
     """turn += beta on each turn the environment reports as a validation after a modification
     (RTMC §3.4 Eq. 12, r'_t = r_t + beta 1[has_modifications(s_t)] 1[is_validation(a_t)]; the
     environment sets info["validation"] to that product; outcome untouched). Environments that
     never report one get no shaping."""
     def term(batch: TrajectoryBatch) -> Rewards:
-        per_turn = settings.beta * (batch.turn_validation & batch.played)
+        per_turn = settings.beta * (batch.label("validation") & batch.played)
         return zero_rewards(batch)._replace(turn=np.asarray(per_turn, np.float32))
     return term

@@ -5,8 +5,8 @@ V : S x A -> {0, 1}, the reward of turn t is
 
     r_t = V(s_t, a_t).
 
-The rollout records V(s_t, a_t) in `TrajectoryBatch.turn_verified` (the environment's `verify`,
-1/0, NaN past the last turn), so this term only reads it. Readings of the paper:
+The rollout records V(s_t, a_t) as the `verified` label (the environment's `verify`, 1/0, NaN
+past the last turn; the term declares it reads it), so this term only reads it. Readings of the paper:
 
 - Invalid or unparseable actions. V is defined on every action and maps into {0, 1}; an action
   that does not parse to a legal move is not in the oracle-valid set A_V(s) (§2.1), so its reward
@@ -58,7 +58,8 @@ def verifier_turn_rewards(batch: TrajectoryBatch, *, outcome_bonus: float = PAPE
     """Per-turn VPR rewards of a batch.
 
     Args:
-      batch: N episodes of at most K turns; reads turn_verified, turn_valid, num_turns, success.
+      batch: N episodes of at most K turns; reads the `verified` label, turn_valid, num_turns,
+        success.
       outcome_bonus: added to the last turn of every solved episode.
       invalid_reward: the reward of a played turn whose action was not a legal move.
 
@@ -70,11 +71,11 @@ def verifier_turn_rewards(batch: TrajectoryBatch, *, outcome_bonus: float = PAPE
       ValueError: a played turn has no verdict (NaN), i.e. the rollout did not record one.
     """
     played = batch.played
-    verified = np.asarray(batch.turn_verified, np.float32)
+    verified = np.asarray(batch.label("verified"), np.float32)
     if np.isnan(verified[played]).any():
         row = int(np.nonzero(np.isnan(np.where(played, verified, 0.0)).any(axis=1))[0][0])
-        raise ValueError(f"turn_verified is NaN on a played turn of row {row}: the rollout "
-                         f"did not record the verifier V(s_t, a_t)")
+        raise ValueError(f"the verified label is NaN on a played turn of row {row}: the "
+                         f"rollout did not record the verifier V(s_t, a_t)")
     # np.where, not a product: the NaN past num_turns must not reach the sums.
     rewards = np.where(played, verified, 0.0)
     rewards = np.where(played & ~batch.turn_valid, invalid_reward, rewards)
@@ -83,7 +84,7 @@ def verifier_turn_rewards(batch: TrajectoryBatch, *, outcome_bonus: float = PAPE
     return rewards.astype(np.float32)
 
 
-@REWARDS.register("verifier", VerifierConfig)
+@REWARDS.register("verifier", VerifierConfig, reads=("verified",))
 def verifier(settings: VerifierConfig):
     """turn += V(s_t, a_t) per played turn (VPR §2.1 Eq. 2), invalid_reward for an action that
     did not parse to a legal move, + outcome_bonus on a solved episode's last turn (outcome

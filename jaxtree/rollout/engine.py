@@ -7,7 +7,7 @@ environment. A turn, for every live episode at once:
   device  append those tokens to the slot's cache at its own offset, then sample the action until
           the stop sequence or the per-turn token limit (`slots.play_turn`, one compiled call)
   host    detokenize, step the environment, record the turn (`jaxtree.rollout.episode`: reward,
-          validity, verifier label, process score, signatures, tree node)
+          validity, tree node and the per-turn labels the experiment reads)
 
 Episodes end on `done`, on the turn limit, or when the slot's context is full (`TRUNCATED`), or
 when a controller stops them (`stop`: `PRUNED`).
@@ -38,10 +38,11 @@ import numpy as np
 from environments.base import TextEnv
 from jaxtree.config import Section, non_negative, one_of, option, positive, require
 from jaxtree.models.config import ModelConfig
-from jaxtree.rollout.episode import Episode
-from jaxtree.rollout.signatures import SIGNATURES, signature_function
-from jaxtree.rollout.slots import (SlotState, clear_slots, copy_slots, init_slots, play_turn,
-                                   prefill_slots, read_slots)
+from jaxtree.rollout.episode import NO_LABELS, Episode
+from jaxtree.rollout.labels import TurnLabeler
+from jaxtree.rollout.signatures import SIGNATURES
+from jaxtree.rollout.slots import (SlotState, TurnInputs, TurnSpec, clear_slots, copy_slots,
+                                   init_slots, play_turn, prefill_slots, read_slots)
 from jaxtree.rollout.trajectory import PRUNED, TRUNCATED, EpisodeRecord, TrajectoryBatch, assemble
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.sampling.sampler import (CACHE_FULL, EOS, STOP_SEQUENCE, bucket_length,
@@ -77,8 +78,6 @@ class SlotEpisode(Episode):
     slot: int | None = None          # its row while live
     length: int = 0                  # tokens in the slot so far
     pending: list[int] = dataclasses.field(default_factory=list)  # tokens to append next turn
-    # float32[n]: the policy's log-probs of the last action's tokens (temperature 1).
-    action_logprobs: np.ndarray | None = None
 
 
 # The rollout metrics that are wall-clock measurements (RolloutStats.metrics): they differ between
@@ -140,7 +139,8 @@ class SlotEngine:
     """
 
     def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer,
-                 make_env: Callable[[], TextEnv], rollout: RolloutConfig):
+                 make_env: Callable[[], TextEnv], rollout: RolloutConfig,
+                 labeler: TurnLabeler = NO_LABELS):
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.make_env = make_env
@@ -152,7 +152,7 @@ class SlotEngine:
             self._stops[i, width - len(seq):] = seq
         self._eos = jnp.asarray([tokenizer.eos_id], jnp.int32)
         self._stop_rows: dict[int, jax.Array] = {}
-        self.signature_fn = signature_function(rollout.signature)
+        self.labeler = labeler           # the per-turn labels each turn records
         self.state: SlotState | None = None
         self.params = None
 
@@ -174,7 +174,6 @@ class SlotEngine:
         self.finished: list[int] = []
         self.records: dict[int, EpisodeRecord] = {}
         self.held: set[int] = set()          # live episodes that sit turns out
-        self.score_turns = False             # record env.turn_score of every action (TSR)
         self.stats = RolloutStats()
         self._next_id = 0
         self._next_node = 0
@@ -318,11 +317,12 @@ class SlotEngine:
         self.stats.other_host_seconds += time.perf_counter() - start
 
         start = time.perf_counter()
-        self.state, out = play_turn(
-            self.model_config, self.rollout.sampling, limit, self.tokenizer.pad_id, rows,
-            self.params, self.state, jnp.int32(offset), jnp.asarray(chunk),
-            jnp.asarray(chunk_lengths), jnp.asarray(turns), jnp.asarray(episode_ids), self.rng,
-            jnp.asarray(budgets), self._stop_table(rows), self._eos)
+        spec = TurnSpec(self.model_config, self.rollout.sampling, limit, self.tokenizer.pad_id,
+                        rows)
+        inputs = TurnInputs(jnp.int32(offset), jnp.asarray(chunk), jnp.asarray(chunk_lengths),
+                            jnp.asarray(turns), jnp.asarray(episode_ids), jnp.asarray(budgets),
+                            self._stop_table(rows), self._eos)
+        self.state, out = play_turn(spec, self.params, self.state, inputs, self.rng)
         tokens, num_generated, reasons, logprobs = jax.device_get(out)
         self.stats.device_seconds += time.perf_counter() - start
         self.stats.turns += 1
@@ -335,8 +335,8 @@ class SlotEngine:
             n = int(num_generated[row])
             e.length += len(e.pending) + n
             self.stats.generated_tokens += n
-            e.action_logprobs = logprobs[row, :n]
-            if self._after_action(e, tokens[row, :n].tolist(), int(reasons[row])):
+            if self._after_action(e, tokens[row, :n].tolist(), int(reasons[row]),
+                                  np.array(logprobs[row, :n])):
                 finished.append(e)
         start = time.perf_counter()
         self._retire(finished)  # the overflowed ones were retired before the turn
@@ -347,12 +347,14 @@ class SlotEngine:
         """Live episodes that take part in the next turn (not held), in slot order."""
         return [e for e in self.live if e.episode_id not in self.held]
 
-    def _after_action(self, e: SlotEpisode, action: list[int], reason: int) -> bool:
-        """Plays the action and prepares the next observation. True if the episode ended."""
+    def _after_action(self, e: SlotEpisode, action: list[int], reason: int,
+                      logprobs: np.ndarray) -> bool:
+        """Plays the action (its tokens' behaviour log-probs `logprobs`) and prepares the next
+        observation. True if the episode ended."""
         start = time.perf_counter()
         over, e.pending = e.play(self.tokenizer, action, reason in (EOS, STOP_SEQUENCE),
-                                 self.rollout.max_turns, self._new_node(), self.signature_fn,
-                                 self.score_turns)
+                                 self.rollout.max_turns, self._new_node(), self.labeler,
+                                 logprobs)
         if reason == CACHE_FULL:
             e.end(e.end_reason if over else TRUNCATED, context_full=True)
         self.stats.env_steps += 1

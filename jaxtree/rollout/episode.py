@@ -5,13 +5,15 @@ trees), so an action is played, labelled and recorded the same way everywhere:
 
     episode = Episode(episode_id, task_id, group_id)
     prompt = episode.start(make_env, tokenizer)            # env reset, first-turn tokens
-    done, following = episode.play(tokenizer, action_tokens, ended, max_turns, next_node)
+    done, following = episode.play(tokenizer, action_tokens, ended, max_turns, next_node,
+                                   labeler)
     record = episode.record(tokens, action_mask, logprobs, turn_index)
 
-Each played turn records the environment's reward and validity, VPR's verifier label of the
-action, the process score after it (PATR's heuristic), RTMC's state and action signatures,
-GiGPO's anchor state, whether the environment reported a validation (RTMC's shaping) and the
-turn's tree node. All of these are cheap host queries (microseconds; docs/benchmarks.md).
+Each played turn records the environment's reward and validity, the turn's tree node, the
+action's behaviour log-probs when the rollout has them, and the per-turn labels the experiment
+reads, computed by the rollout's `TurnLabeler` (`jaxtree.rollout.labels`: VPR's verdict, RTMC's
+signatures, ...). A label that a rollout strategy produces rather than the environment
+(MC-PR's state value) is attached to the episode's next turn with `attach_label`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import numpy as np
 
 from environments.base import TextEnv
 from jaxtree.rollout import conversation
-from jaxtree.rollout.signatures import SignatureFn
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.trajectory import (DONE, NO_PARENT, TRUNCATED, EpisodeRecord, TurnRecord)
+
+NO_LABELS = TurnLabeler()
 from jaxtree.tokenizers import Tokenizer
 
 
@@ -43,6 +47,8 @@ class Episode:
     depth: int = 0
     end_reason: int | None = None     # None while the episode runs
     context_full: bool = False
+    # labels a rollout strategy attached to the next turn ({name: value}; `attach_label`)
+    pending_labels: dict = dataclasses.field(default_factory=dict)
 
     @property
     def num_turns(self) -> int:
@@ -52,6 +58,15 @@ class Episode:
     def finished(self) -> bool:
         return self.end_reason is not None
 
+    @property
+    def returns(self) -> float:
+        """The rewards of the turns played so far, summed."""
+        return float(sum(turn.reward for turn in self.turns))
+
+    def attach_label(self, name: str, value) -> None:
+        """Records a strategy-produced label (e.g. MC-PR's V(s_t)) on the next turn played."""
+        self.pending_labels[name] = value
+
     def start(self, make_env: Callable[[], TextEnv], tokenizer: Tokenizer) -> list[int]:
         """Creates and resets the environment of `task_id`; returns the first prompt's tokens."""
         self.env = make_env()
@@ -59,12 +74,11 @@ class Episode:
         return conversation.first_turn_tokens(tokenizer, self.env)
 
     def play(self, tokenizer: Tokenizer, action: list[int], ended: bool, max_turns: int | None,
-             node_id: int, signature_fn: SignatureFn | None = None,
-             score_turn: bool = False) -> tuple[bool, list[int]]:
+             node_id: int, labeler: TurnLabeler = NO_LABELS,
+             logprobs: np.ndarray | None = None) -> tuple[bool, list[int]]:
         """Plays generated action tokens (`ended`: the last one is a stop token) as turn
-        `num_turns`, recording its labels under tree node `node_id` and its state signature by
-        `signature_fn` (default: the environment's `state_signature()`); with `score_turn`, also
-        the environment's `turn_score` of the action in the state it was taken in (TSR's S).
+        `num_turns` under tree node `node_id`, recording the labels `labeler` computes and the
+        tokens' behaviour log-probs `logprobs` (float32[len(action)], or None).
 
         Returns (episode over, tokens of the next observation to append; [] when over). The
         episode is over when the game says so or the turn limit (`max_turns`, else the
@@ -73,18 +87,14 @@ class Episode:
         env = self.env
         text = conversation.action_text(tokenizer, action, ended)
         parsed = env.parse_action(text)
-        state_signature = (env.state_signature() if signature_fn is None
-                           else signature_fn(env, self.turns))
-        anchor_state = env.canonical_state()
-        verified = float(env.verify(parsed))
-        turn_score = float(env.turn_score(parsed)) if score_turn else float("nan")
+        labels = labeler.before_step(env, parsed, self.turns)
         observation, reward, done, info = env.step(text)
-        self.turns.append(TurnRecord(
-            reward=float(reward), valid=bool(info["valid"]), verified=verified,
-            process_score=float(env.process_score()), state_signature=state_signature,
-            action_signature=env.action_signature(parsed), node_id=node_id,
-            anchor_state=anchor_state, validation=bool(info.get("validation", False)),
-            turn_score=turn_score))
+        labels.update(labeler.after_step(env, parsed, info, self.turns))
+        labels.update(self.pending_labels)
+        self.pending_labels = {}
+        self.turns.append(TurnRecord(reward=float(reward), valid=bool(info["valid"]),
+                                     node_id=node_id, labels=labels,
+                                     action_logprobs=logprobs))
         self.info = dict(info)
         if done or self.num_turns >= (max_turns or env.max_steps):
             self.end(TRUNCATED if bool(info.get("truncated")) or not done else DONE)
@@ -103,7 +113,7 @@ class Episode:
         return dataclasses.replace(
             self, episode_id=episode_id, env=self.env.clone(), turns=list(self.turns),
             info=dict(self.info), parent_id=self.episode_id, fork_turn=self.num_turns,
-            depth=self.depth + 1)
+            depth=self.depth + 1, pending_labels={})
 
     def record(self, tokens: np.ndarray, action_mask: np.ndarray, logprobs: np.ndarray,
                turn_index: np.ndarray) -> EpisodeRecord:

@@ -6,11 +6,12 @@ a string; equal strings are the same state:
 
     signature_fn(env, history) -> str        # history: the episode's earlier TurnRecords
 
-`config.rollout.signature` picks one by name; the rollout records it for every turn in
-`TrajectoryBatch.state_signatures`. Task-specific or learned signatures (RTMC §4's SWE
-signatures) register here:
+`config.rollout.signature` picks one by name; a rollout whose experiment reads the
+`state_signature` label records it for every turn (`jaxtree.rollout.labels`). Task-specific or
+learned signatures (RTMC §4's SWE signatures) register here, with the labels of the history
+they read:
 
-    @SIGNATURES.register("my_signature")
+    @SIGNATURES.register("my_signature", reads=("action_signature",))
     def my_signature(settings: None):
         return lambda env, history: ...
 
@@ -51,7 +52,7 @@ def state_signature(settings: None) -> SignatureFn:
     return lambda env, history: env.canonical_state()
 
 
-@SIGNATURES.register("history")
+@SIGNATURES.register("history", reads=("action_signature",))
 def history_signature(settings: None) -> SignatureFn:
     """The actions taken so far (each tree node its own state)."""
     del settings

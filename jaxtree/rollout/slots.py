@@ -12,6 +12,7 @@ Shapes: S slots, C context capacity (positions per slot), L chunk length, N acti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -157,47 +158,88 @@ class TurnOutput(NamedTuple):
     logprobs: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sampling", "max_action_tokens", "pad_id",
-                                             "rows"), donate_argnames=("state",))
-def play_turn(config: ModelConfig, sampling: SamplingConfig, max_action_tokens: int, pad_id: int,
-              rows: int, params, state: SlotState, start: jax.Array, chunk: jax.Array,
-              chunk_lengths: jax.Array, turn: jax.Array, episode_ids: jax.Array, rng: jax.Array,
-              budgets: jax.Array, stop_sequences: jax.Array,
-              eos_ids: jax.Array) -> tuple[SlotState, TurnOutput]:
-    """One turn for slots [start, start + rows): append each slot's new observation tokens, then
-    sample its action. Row r of the arguments and outputs is slot start + r.
+@dataclasses.dataclass(frozen=True)
+class TurnSpec:
+    """The static settings of a turn, hashable and compared by value: `play_turn` compiles once
+    per TurnSpec and shape of its inputs.
 
-    Args:
-      rows: static, how many consecutive slots take part (the others are untouched).
-      start: int32 scalar, the first of them (start + rows <= S).
-      chunk: int32[R, L] new observation tokens per slot, right-padded; chunk_lengths: int32[R]
-        (0 for a slot with nothing to append).
+    Attributes:
+      model_config: the policy's architecture.
+      sampling: how actions are sampled (temperature, top-k, top-p).
+      max_action_tokens: N, the most tokens an action may have (the output width).
+      pad_id: the token after each action's end in TurnOutput.tokens.
+      rows: R, how many consecutive slots take part (the others are untouched).
+    """
+
+    model_config: ModelConfig
+    sampling: SamplingConfig
+    max_action_tokens: int
+    pad_id: int
+    rows: int
+
+
+class TurnInputs(NamedTuple):
+    """The per-turn device inputs of `play_turn`. Row r is slot start + r; R = TurnSpec.rows.
+
+    Attributes:
+      start: int32[], the first slot of the turn's window (start + R <= S).
+      chunk: int32[R, L], new observation tokens per slot, right-padded.
+      chunk_lengths: int32[R], tokens of `chunk` to append (0: nothing to append).
       turn: int32[R], the turn number recorded for the chunk and the action.
       episode_ids: int32[R]; slot r samples with fold_in(fold_in(rng, episode_ids[r]), turn[r]),
         so an episode's randomness does not depend on the slot it occupies.
-      budgets: int32[R] max action tokens this turn (0: the slot sits the turn out).
-      stop_sequences: int32[R, M, W]; eos_ids: int32[E] (see jaxtree.sampling.decode).
+      budgets: int32[R], max action tokens this turn (<= N; 0: the slot sits the turn out).
+      stop_sequences: int32[R, M, W], per-slot stop token sequences, right-aligned, left-padded
+        with -1 (see jaxtree.sampling.decode).
+      eos_ids: int32[E], tokens that end any action.
+    """
+
+    start: jax.Array
+    chunk: jax.Array
+    chunk_lengths: jax.Array
+    turn: jax.Array
+    episode_ids: jax.Array
+    budgets: jax.Array
+    stop_sequences: jax.Array
+    eos_ids: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def play_turn(spec: TurnSpec, params, state: SlotState, inputs: TurnInputs,
+              rng: jax.Array) -> tuple[SlotState, TurnOutput]:
+    """One turn for slots [inputs.start, inputs.start + spec.rows): append each slot's new
+    observation tokens, then sample its action. Row r of the inputs and outputs is slot
+    start + r.
+
+    Args:
+      spec: static settings (model, sampling, action width, pad id, window size R).
+      params: model parameters.
+      state: the slots (donated: updated in place).
+      inputs: this turn's observations, keys, budgets and stop tokens (TurnInputs).
+      rng: a PRNG key, combined with each row's episode id and turn.
 
     Returns:
       (new state, TurnOutput for the R slots).
     """
-    window = _window(state, start, rows)
-    logits, window = _append_observation(config, params, window, chunk, chunk_lengths, turn)
+    config = spec.model_config
+    window = _window(state, inputs.start, spec.rows)
+    logits, window = _append_observation(config, params, window, inputs.chunk,
+                                         inputs.chunk_lengths, inputs.turn)
     cache, tokens, action_mask, logprobs, turn_index = window
     # The action: one key per (episode, turn).
-    keys = randomness.row_keys(rng, episode_ids, turn)
+    keys = randomness.row_keys(rng, inputs.episode_ids, inputs.turn)
     action_offsets = cache.lengths
-    cache, out = decode(config, sampling, max_action_tokens, pad_id, params, cache, logits, keys,
-                        budgets, stop_sequences, eos_ids)
+    cache, out = decode(config, spec.sampling, spec.max_action_tokens, spec.pad_id, params, cache,
+                        logits, keys, inputs.budgets, inputs.stop_sequences, inputs.eos_ids)
     n = out.num_generated
     tokens = _write_rows(tokens, out.tokens, action_offsets, n)
     action_mask = _write_rows(action_mask, jnp.ones(out.tokens.shape, bool), action_offsets, n)
     logprobs = _write_rows(logprobs, out.policy_logprobs, action_offsets, n)
-    turn_index = _write_rows(turn_index, jnp.broadcast_to(turn[:, None], out.tokens.shape),
+    turn_index = _write_rows(turn_index, jnp.broadcast_to(inputs.turn[:, None], out.tokens.shape),
                              action_offsets, n)
     window = SlotState(cache, tokens, action_mask, logprobs, turn_index)
-    return _put_window(state, window, start), TurnOutput(out.tokens, n, out.finish_reason,
-                                                         out.policy_logprobs)
+    return _put_window(state, window, inputs.start), TurnOutput(out.tokens, n, out.finish_reason,
+                                                                out.policy_logprobs)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))

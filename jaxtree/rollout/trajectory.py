@@ -3,7 +3,9 @@
 Host-side numpy arrays (the update step moves them to devices with the sharding it needs). N
 trajectories, T token positions (the longest trajectory, rounded up to a multiple of 8), K turns
 (the most turns of any trajectory). Everything a reward or advantage function needs is here, per
-turn and per episode, so those functions are pure functions of the batch.
+turn and per episode, so those functions are pure functions of the batch. Per-turn labels beyond
+the reward and validity (VPR's verdicts, RTMC's signatures, ...) are in `labels`, holding those
+the experiment reads (`jaxtree.rollout.labels`): `batch.label("verified")`.
 
 Tree metadata. Every turn of every episode is a node of the rollout tree: `node_ids[i, t]`
 names the (history, action) of turn t. An episode forked from another at turn f shares its
@@ -15,10 +17,11 @@ two rows hold equal node ids exactly where they share history. `parent_ids` / `f
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from jaxtree.rollout.labels import LABELS, MissingLabel, label_table
 from jaxtree.utils import round_up
 
 # Why an episode ended (TrajectoryBatch.end_reason).
@@ -48,26 +51,10 @@ class TrajectoryBatch:
       turn_rewards: float32[N, K], the environment's reward for each turn's action; 0 past
         num_turns.
       turn_valid: bool[N, K], the action parsed to a legal move.
-      turn_verified: float32[N, K], VPR's verifier V(s_t, a_t) (1/0) of each action; NaN past
-        num_turns.
-      turn_process_scores: float32[N, K], the environment's process score (PATR's heuristic,
-        in [0, 1]) of the trajectory after each turn; NaN past num_turns.
-      state_signatures: object[N, K], RTMC's first-visit signature of the state each action was
-        taken in (str); None past num_turns.
-      action_signatures: object[N, K], RTMC's signature of each action (str); None past
-        num_turns.
       node_ids: int32[N, K], tree node of each turn (shared by rows with a common history);
         NO_NODE past num_turns.
-      anchor_states: object[N, K], the canonical state each action was taken in, without the
-        step index (GiGPO's anchor state: equal states at any depth match); None past num_turns.
-      turn_validation: bool[N, K], the environment reported the action as a validation after a
-        modification (`info["validation"]`, RTMC §3.4 Eq. 12's indicator product); False where
-        the environment reports none.
-      turn_mc_values: float32[N, K], the Monte-Carlo value of the state each action was taken
-        in (mean return of continuations from it, MC-PR's V(s_t)); NaN where the rollout did
-        not estimate one.
-      turn_scores: float32[N, K], the environment's `turn_score` of each action in the state
-        it was taken in (TSR's S), recorded by search rollouts; NaN elsewhere.
+      labels: {name: [N, K]} the per-turn labels the rollout recorded (the experiment's reads;
+        `jaxtree.rollout.labels` lists them with their dtype and fill past num_turns).
       outcome_reward: float32[N], the environment's return (sum of its turn rewards, summed in
         float64).
       success: bool[N].
@@ -93,15 +80,8 @@ class TrajectoryBatch:
     turn_index: np.ndarray
     turn_rewards: np.ndarray
     turn_valid: np.ndarray
-    turn_verified: np.ndarray
-    turn_process_scores: np.ndarray
-    state_signatures: np.ndarray
-    action_signatures: np.ndarray
     node_ids: np.ndarray
-    anchor_states: np.ndarray
-    turn_validation: np.ndarray
-    turn_mc_values: np.ndarray
-    turn_scores: np.ndarray
+    labels: dict[str, np.ndarray]
     outcome_reward: np.ndarray
     success: np.ndarray
     end_reason: np.ndarray
@@ -118,6 +98,16 @@ class TrajectoryBatch:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    def label(self, name: str) -> np.ndarray:
+        """[N, K] per-turn label `name`. MissingLabel (naming it) when the rollout did not
+        record it: a part that reads a label declares it (`reads=`) so that rollouts compute
+        it."""
+        if name not in self.labels:
+            raise MissingLabel(f"the batch has no per-turn label {name!r} (it holds "
+                               f"{sorted(self.labels) or 'none'}): the part that reads it must "
+                               f"declare it, reads=({name!r},), so that the rollout records it")
+        return self.labels[name]
 
     @property
     def response_lengths(self) -> np.ndarray:
@@ -157,26 +147,35 @@ class TrajectoryBatch:
     def select(self, indices: Sequence[int]) -> "TrajectoryBatch":
         """The sub-batch of the given rows (in that order)."""
         idx = np.asarray(indices, dtype=np.int64)
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return TrajectoryBatch(**{name: ([value[i] for i in idx] if name == "infos" else value[idx])
-                                  for name, value in fields.items()})
+        fields = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "infos":
+                fields[f.name] = [value[i] for i in idx]
+            elif f.name == "labels":
+                fields[f.name] = {name: table[idx] for name, table in value.items()}
+            else:
+                fields[f.name] = value[idx]
+        return TrajectoryBatch(**fields)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TurnRecord:
-    """What the host records for one turn (see `jaxtree.rollout.episode`)."""
+    """What the host records for one turn (see `jaxtree.rollout.episode`): the environment's
+    reward and the action's validity, the turn's tree node, the behaviour log-probs of the
+    action's tokens (float32[n], temperature 1; None where the rollout has none) and the
+    per-turn labels the experiment reads ({name: value})."""
 
     reward: float
     valid: bool
-    verified: float
-    process_score: float
-    state_signature: str
-    action_signature: str
     node_id: int
-    anchor_state: str | None = None
-    validation: bool = False
-    mc_value: float = float("nan")   # filled in later by a rollout that estimates state values
-    turn_score: float = float("nan")  # TSR's S(prefix, a_t, o_t) when the rollout asks for it
+    labels: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    action_logprobs: np.ndarray | None = None
+
+    @property
+    def action_signature(self) -> str | None:
+        """The action's signature label (None if the rollout did not record it)."""
+        return self.labels.get("action_signature")
 
 
 @dataclasses.dataclass
@@ -204,15 +203,7 @@ class EpisodeRecord:
 _TURN_FIELDS = {
     "turn_rewards": ("reward", np.float32, 0.0),
     "turn_valid": ("valid", bool, False),
-    "turn_verified": ("verified", np.float32, np.nan),
-    "turn_process_scores": ("process_score", np.float32, np.nan),
-    "state_signatures": ("state_signature", object, None),
-    "action_signatures": ("action_signature", object, None),
     "node_ids": ("node_id", np.int32, NO_NODE),
-    "anchor_states": ("anchor_state", object, None),
-    "turn_validation": ("validation", bool, False),
-    "turn_mc_values": ("mc_value", np.float32, np.nan),
-    "turn_scores": ("turn_score", np.float32, np.nan),
 }
 # Per-token fields: fill past each row's length.
 _TOKEN_FILL = {"action_mask": False, "behaviour_logprobs": 0.0, "turn_index": -1}
@@ -237,11 +228,16 @@ def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
         token_arrays["action_mask"][i, :length] = r.action_mask
         token_arrays["behaviour_logprobs"][i, :length] = r.logprobs
         token_arrays["turn_index"][i, :length] = r.turn_index
-        for name, (attribute, _, _) in _TURN_FIELDS.items():
-            for t, turn in enumerate(r.turns):
-                turn_arrays[name][i, t] = getattr(turn, attribute)
+        for t, turn in enumerate(r.turns):
+            turn_arrays["turn_rewards"][i, t] = turn.reward
+            turn_arrays["turn_valid"][i, t] = turn.valid
+            turn_arrays["node_ids"][i, t] = turn.node_id
+    rows = [[turn.labels for turn in r.turns] for r in records]
+    names = sorted({name for row in rows for labels in row for name in labels},
+                   key=list(LABELS).index)
     return TrajectoryBatch(
         **token_arrays, **turn_arrays,
+        labels={name: label_table(name, rows, turns) for name in names},
         lengths=np.array([len(r.tokens) for r in records], np.int32),
         outcome_reward=np.array([sum(t.reward for t in r.turns) for r in records], np.float32),
         success=np.array([r.success for r in records], bool),
@@ -274,6 +270,10 @@ def concatenate(batches: Sequence[TrajectoryBatch], pad_id: int) -> TrajectoryBa
         values = [getattr(b, f.name) for b in batches]
         if f.name == "infos":
             fields[f.name] = [info for v in values for info in v]
+        elif f.name == "labels":
+            names = sorted({name for v in values for name in v}, key=list(LABELS).index)
+            fields[f.name] = {name: np.concatenate([_padded_label(name, b, turns)
+                                                    for b in batches]) for name in names}
         elif f.name in token_fill or f.name in turn_fill:
             target = width if f.name in token_fill else turns
             fill = token_fill.get(f.name, turn_fill.get(f.name))
@@ -283,6 +283,18 @@ def concatenate(batches: Sequence[TrajectoryBatch], pad_id: int) -> TrajectoryBa
         else:
             fields[f.name] = np.concatenate(values)
     return TrajectoryBatch(**fields)
+
+
+def _padded_label(name: str, batch: TrajectoryBatch, turns: int) -> np.ndarray:
+    """Label `name` of a batch padded to `turns` columns with its fill (all fill where the
+    batch does not hold it)."""
+    spec = LABELS[name]
+    if name not in batch.labels:
+        return np.full((len(batch), turns), spec.fill, spec.dtype)
+    table = batch.labels[name]
+    padded = np.full((len(batch), turns), spec.fill, spec.dtype)
+    padded[:, :table.shape[1]] = table
+    return padded
 
 
 def join_shares(batches: Sequence[TrajectoryBatch], first_groups: Sequence[int],

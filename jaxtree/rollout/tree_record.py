@@ -10,6 +10,9 @@ JSON-ready dict:
                    "actions": [str per turn], "scores": [process score after each turn],
                    "rewards": [float per turn]}, ...]}
 
+Actions and scores are the `action_signature` and `process_score` labels where the rollout
+recorded them (the experiment reads them), else "" and None.
+
 A child's turns before `fork_turn` are its parent's; its own turns start at `fork_turn`. The
 branches are in depth-first order (each parent followed by its children, by fork turn), so
 drawing them one lane each keeps every subtree together.
@@ -43,14 +46,19 @@ def group_tree(batch: TrajectoryBatch, group: int) -> dict:
         # A parent outside the group's rows (dropped, e.g. Best-n) makes its child a root here.
         (children[parent] if parent in by_id else roots).append(int(i))
 
+    actions = batch.labels.get("action_signature")
+    scores = batch.labels.get("process_score")
+
     def branch(i: int) -> dict:
         n = int(batch.num_turns[i])
         return {"episode_id": int(batch.episode_ids[i]), "parent_id": int(batch.parent_ids[i]),
                 "fork_turn": int(batch.fork_turns[i]),
                 "end_reason": END_REASONS[int(batch.end_reason[i])],
                 "success": bool(batch.success[i]), "return": float(batch.outcome_reward[i]),
-                "actions": [str(a) for a in batch.action_signatures[i, :n]],
-                "scores": [float(s) for s in batch.turn_process_scores[i, :n]],
+                "actions": ([str(a) for a in actions[i, :n]] if actions is not None
+                            else [""] * n),
+                "scores": ([float(s) for s in scores[i, :n]] if scores is not None
+                           else [None] * n),
                 "rewards": [float(r) for r in batch.turn_rewards[i, :n]]}
 
     ordered = []

@@ -11,10 +11,11 @@ protocol and registry (`base`), with the scorers that need a model in their own 
 - `probe`: does a scorer separate oracle prefixes from random ones (AUC), before a run.
 
     from jaxtree.scorers import SCORERS
-    scorer = SCORERS.build("heuristic", None)
+    scorer = build_scorer("heuristic", None)
     scores = scorer(episodes)       # float64[len(episodes)], each in [0, 1]
 """
 
-from jaxtree.scorers.base import (SCORERS, JudgeConfig, PrmConfig, Scorer, checked_scores)
+from jaxtree.scorers.base import (SCORERS, JudgeConfig, PrmConfig, Scorer, build_scorer,
+                                  checked_scores)
 
-__all__ = ["SCORERS", "JudgeConfig", "PrmConfig", "Scorer", "checked_scores"]
+__all__ = ["SCORERS", "JudgeConfig", "PrmConfig", "Scorer", "build_scorer", "checked_scores"]

@@ -3,8 +3,9 @@
 A scorer is built once per rollout strategy and called in batches, between turns, on the live
 branches a tree controller is about to rank:
 
-    scorer = SCORERS.build(name, settings)
+    scorer = build_scorer(name, settings)
     scores = scorer(episodes)          # float64[len(episodes)], each in [0, 1]
+    scorer.metrics()                   # its counts since the previous call ({} for most)
 
 Each episode carries its task (`task_id`), its history (`turns`) and its live environment
 (`env`), so a scorer may read whichever it needs. Scores only steer where the rollout spends its
@@ -22,7 +23,7 @@ recent steps, aggregated by Eq. 7 (`jaxtree.scorers.prm`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +32,30 @@ from jaxtree.rollout.episode import Episode
 
 SCORERS = Registry("process scorer")
 
-Scorer = Callable[[Sequence[Episode]], np.ndarray]
+
+class Scorer:
+    """A registered scorer as strategies use it: `score_fn`'s scores checked to be in [0, 1]
+    (one per branch), and `metrics()`, the counts `metrics_fn` reports since its previous call
+    (the HTTP judge's requests and fallbacks; {} without one)."""
+
+    def __init__(self, name: str, score_fn: Callable[[Sequence[Episode]], Any],
+                 metrics_fn: Callable[[], dict[str, float]] | None = None):
+        self.name = name
+        self.score_fn = score_fn
+        self.metrics_fn = metrics_fn
+
+    def __call__(self, episodes: Sequence[Episode]) -> np.ndarray:
+        return checked_scores(self.score_fn(episodes), len(episodes), self.name)
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.metrics_fn()) if self.metrics_fn is not None else {}
+
+
+def build_scorer(name: str, settings: Any) -> Scorer:
+    """The registered scorer `name` with its settings; a part that builds a plain function of
+    the episodes is wrapped (checked scores, no metrics)."""
+    scorer = SCORERS.build(name, settings)
+    return scorer if isinstance(scorer, Scorer) else Scorer(name, scorer)
 
 
 def checked_scores(scores, count: int, name: str) -> np.ndarray:
@@ -51,11 +75,7 @@ def checked_scores(scores, count: int, name: str) -> np.ndarray:
 def heuristic(settings: None) -> Scorer:
     """The environment's `process_score()` of each branch's current state (PATR's heuristic)."""
     del settings
-
-    def score(episodes: Sequence[Episode]) -> np.ndarray:
-        return checked_scores([e.env.process_score() for e in episodes], len(episodes),
-                              "heuristic")
-    return score
+    return Scorer("heuristic", lambda episodes: [e.env.process_score() for e in episodes])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,33 +118,25 @@ class JudgeConfig(Section):
                 "http://127.0.0.1:8000/v1")
 
 
-@SCORERS.register("judge", JudgeConfig)
+@SCORERS.register("judge", JudgeConfig, reads=("action_signature",))
 def judge(settings: JudgeConfig) -> Scorer:
     """PATR's LLM judge, blended with the environment's heuristic (Eq. 8): in process (a
     jaxtree policy's {"score": x} read from its digit probabilities) or on an OpenAI-compatible
     server (backend 'http'; a failed request gets `fallback_score`, never an error).
 
-    The returned scorer's `metrics()` gives the HTTP backend's counts since its previous call
-    (`judge_http.HttpJudge.metrics`); the in-process judge has none ({})."""
+    Its `metrics()` are the HTTP backend's counts since the previous call
+    (`judge_http.HttpJudge.metrics`); the in-process judge has none."""
     if settings.backend == "http":
         from jaxtree.scorers.judge_http import HttpJudge
-        scorer = HttpJudge(settings.url, settings.served_model or settings.model,
-                           settings.weight, settings.recent_turns, settings.timeout_s,
-                           settings.retries, settings.fallback_score, settings.max_tokens,
-                           settings.concurrency)
-        metrics = scorer.metrics
-    else:
-        from jaxtree.policy import load_policy
-        from jaxtree.scorers.judge import JudgeScorer
-        scorer = JudgeScorer(load_policy(settings.model), settings.weight,
-                             settings.recent_turns, settings.max_prompt_tokens)
-        metrics = dict
-
-    def score(episodes: Sequence[Episode]) -> np.ndarray:
-        return checked_scores(scorer(episodes), len(episodes), "judge")
-    score.judge = scorer
-    score.metrics = metrics
-    return score
+        judge_fn = HttpJudge(settings.url, settings.served_model or settings.model,
+                             settings.weight, settings.recent_turns, settings.timeout_s,
+                             settings.retries, settings.fallback_score, settings.max_tokens,
+                             settings.concurrency)
+        return Scorer("judge", judge_fn, judge_fn.metrics)
+    from jaxtree.policy import load_policy
+    from jaxtree.scorers.judge import JudgeScorer
+    return Scorer("judge", JudgeScorer(load_policy(settings.model), settings.weight,
+                                       settings.recent_turns, settings.max_prompt_tokens))
 
 
 def _prm_aggregations() -> tuple[str, ...]:
@@ -150,7 +162,7 @@ class PrmConfig(Section):
                              "first", check=between(16))
 
 
-@SCORERS.register("prm", PrmConfig)
+@SCORERS.register("prm", PrmConfig, reads=("action_signature",))
 def prm(settings: PrmConfig) -> Scorer:
     """PATR-PRM (§4.2, Eq. 7): a process reward model scores each of the recent steps at its
     boundary; the branch score aggregates them (`jaxtree.scorers.prm`)."""
@@ -165,10 +177,5 @@ def prm(settings: PrmConfig) -> Scorer:
         model = load_prm(settings.model)
     except (OSError, ValueError) as e:  # CheckpointError is a ValueError
         raise ConfigError(field, f"{settings.model!r} is not a usable PRM: {e}") from None
-    scorer = PrmScorer(model, settings.aggregation, settings.last_weight, settings.recent_steps,
-                       settings.max_tokens)
-
-    def score(episodes: Sequence[Episode]) -> np.ndarray:
-        return checked_scores(scorer(episodes), len(episodes), "prm")
-    score.prm = scorer
-    return score
+    return Scorer("prm", PrmScorer(model, settings.aggregation, settings.last_weight,
+                                   settings.recent_steps, settings.max_tokens))

@@ -25,9 +25,13 @@ import numpy as np
 
 from environments.base import TextEnv
 from jaxtree.rollout.episode import Episode
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.tokenizers import Tokenizer
 
 ORACLE, RANDOM = 1, 0
+# What the probed branches record: the labels the scorers read (the judge's and the PRM's step
+# texts are the action signatures).
+SCORED_LABELS = TurnLabeler(("action_signature",))
 
 
 def play_prefix(episode: Episode, tokenizer: Tokenizer, turns: int, policy: str,
@@ -40,7 +44,7 @@ def play_prefix(episode: Episode, tokenizer: Tokenizer, turns: int, policy: str,
         env = episode.env
         action = env.oracle_action() if policy == "oracle" else env.random_action(rng)
         tokens = tokenizer.encode(env.answer_text(action)) + [tokenizer.end_of_turn_id]
-        episode.play(tokenizer, tokens, True, None, turn)
+        episode.play(tokenizer, tokens, True, None, turn, SCORED_LABELS)
 
 
 def probe_branches(make_env: Callable[[], TextEnv], tokenizer: Tokenizer, tasks: Sequence[int],

@@ -28,7 +28,8 @@ from jaxtree.scorers.prm_training import LOG_FILE, METRICS_FILE, PRM_DIR, PrmTra
 from jaxtree.tasks import eval_seeds
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.stop import StopRequest
-from jaxtree.train.trainer import Trainer, check_experiment
+from jaxtree.train.pipeline import build_pipeline, check_experiment
+from jaxtree.train.trainer import Trainer
 from jaxtree.train.sft import make_optimizer
 from jaxtree.train.warm_start import finished_checkpoint, warm_start
 from jaxtree.utils import report
@@ -133,7 +134,8 @@ def train_job(config, workdir: str, stop_after: int | None = None,
                     "tokenizer": distributed.on_first(lambda: save_tokenizer_for(policy, workdir)),
                     "source": policy.source,
                     "config": config.to_dict()}
-        result = Trainer(exp, workdir, policy, metadata).run(stop_after, stop)
+        result = Trainer(exp, build_pipeline(exp, policy), workdir, policy,
+                         metadata).run(stop_after, stop)
         result["seconds"] = time.perf_counter() - start
         write_summary(workdir, result)
     return result

@@ -10,7 +10,6 @@ tree controllers draw their own stream per share).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import jax
@@ -18,11 +17,6 @@ import jax
 from jaxtree.parallel import distributed
 from jaxtree.rollout.strategies.base import RolloutStrategy, combine_shares
 from jaxtree.rollout.trajectory import TrajectoryBatch, join_shares
-
-
-def plays_shares(strategy: RolloutStrategy) -> bool:
-    """Whether the strategy's `sample` takes `first_group` (every built-in one does)."""
-    return "first_group" in inspect.signature(strategy.sample).parameters
 
 
 def sample_round(strategy: RolloutStrategy, params: Any, key: jax.Array, tasks: list[int],
@@ -38,4 +32,4 @@ def sample_round(strategy: RolloutStrategy, params: Any, key: jax.Array, tasks: 
     pieces = distributed.allgather_objects((batch, metrics))
     joined = join_shares([b for b, _ in pieces], [b.start for b in blocks], pad_id)
     return joined, combine_shares([m for _, m in pieces], [len(b) for b in blocks],
-                                  getattr(strategy, "share_sums", ()))
+                                  strategy.summed_metrics)

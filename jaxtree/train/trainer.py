@@ -3,7 +3,8 @@
     tasks -> rollout strategy -> rewards -> group filter -> advantages -> loss / optax update
           -> metrics -> held-out evaluation -> checkpoint
 
-One training step:
+The trainer receives its parts built (`jaxtree.train.pipeline.build_pipeline`). One training
+step:
 
   1. draw `rollout.groups_per_step` training tasks and let the rollout strategy play them
      (`jaxtree.rollout.strategies`); the reward terms (`jaxtree.rewards`) score the round and the
@@ -33,98 +34,33 @@ processes end at the same step; metrics, transcripts and trees are written by pr
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from jaxtree import checkpoints, evaluation, losses
-from jaxtree.advantages import build_advantage, build_filter, select_groups
-from jaxtree.config import ConfigError, Section, one_of, option, positive, require
+from jaxtree import checkpoints, evaluation
+from jaxtree.advantages import select_groups
+from jaxtree.experiment import Experiment
 from jaxtree.parallel import distributed
-from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.policy import Policy
-from jaxtree.rewards import build_rewards
 from jaxtree.rewards.base import Rewards, concatenate_rewards
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies import build_strategy, check_stage
 from jaxtree.rollout.tree_record import first_tree_group, group_tree, write_tree
 from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
-from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
-from jaxtree.train.shares import plays_shares, sample_round
+from jaxtree.train.pipeline import Pipeline
+from jaxtree.train.shares import sample_round
 from jaxtree.train.stop import StopRequest
-from jaxtree.train.update import Updater, needed_widths, optimizer_from_config
+from jaxtree.train.update import needed_widths
 from jaxtree.utils import report, round_up
-
-if TYPE_CHECKING:
-    from jaxtree.experiment import Experiment
-
-WIDTH_MULTIPLE = 64  # token widths are padded to a multiple of this: few distinct shapes
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig(Section):
-    """Config section `train`: the RL loop."""
-
-    init: str = option("sft", "'sft': warm start into <workdir>/sft first (config.sft); "
-                       "'model': start from config.model.name", check=one_of(("sft", "model")))
-    steps: int = option(60, "training steps (rollout + update each)", check=positive())
-    seed: int = option(0, "seed of the task sampler, the rollouts and the minibatch shuffles")
-    epochs: int = option(1, "passes over each step's batch", check=positive())
-    num_minibatches: int = option(1, "optimizer steps per pass (shuffled minibatches)",
-                                  check=positive())
-    micro_batch_size: int = option(16, "rows per gradient-accumulation micro-batch (a multiple "
-                                   "of mesh data x fsdp)", check=positive())
-    micro_batches_by_length: bool = option(
-        True, "group a minibatch's rows by length into micro-batches, each cut to its own "
-        "rows' width (False: every micro-batch as wide as the minibatch's longest row, one fused "
-        "step; jaxtree.train.update)")
-    tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
-    max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
-                                    "steps whose updates were all skipped as non-finite",
-                                    check=positive())
 
 
 class TrainingDiverged(RuntimeError):
     """Training cannot go on: every update of several consecutive steps was non-finite."""
-
-
-def check_experiment(exp: "Experiment") -> None:
-    """Constraints across sections that the RL loop needs (ConfigError naming the field)."""
-    rollout, train = exp.rollout, exp.train
-    optimizer_steps = train.steps * train.epochs * train.num_minibatches
-    require(exp.optim.warmup_steps <= optimizer_steps, "optim.warmup_steps",
-            f"{exp.optim.warmup_steps} is not in [0, {optimizer_steps}] (the run's optimizer "
-            "steps)")
-    require(rollout.group_size > 1, "rollout.group_size",
-            f"{rollout.group_size} is not >= 2 (group-relative advantages compare the rollouts "
-            "of a task)")
-    require(train.num_minibatches <= rollout.groups_per_step * rollout.group_size,
-            "train.num_minibatches", f"{train.num_minibatches} is more than the "
-            f"{rollout.groups_per_step * rollout.group_size} episodes of a step")
-    check_stage(rollout)  # the strategy's own constraints (slots for its branches, ...)
-    try:
-        parallelism = mesh_lib.batch_parallelism(exp.mesh.make())
-    except ValueError as e:
-        raise ConfigError("mesh", f"{e} ({jax.device_count()} devices here)") from None
-    require(train.micro_batch_size % parallelism == 0, "train.micro_batch_size",
-            f"{train.micro_batch_size} is not a multiple of the mesh's batch parallelism "
-            f"data x fsdp = {parallelism}")
-    # Every process plays at least one group and one held-out task (an empty share would be
-    # a rollout of nothing).
-    processes = jax.process_count()
-    require(rollout.groups_per_step >= processes, "rollout.groups_per_step",
-            f"{rollout.groups_per_step} is fewer than the {processes} processes (each plays a "
-            "share of the groups)")
-    require(exp.eval.num_tasks >= processes, "eval.num_tasks",
-            f"{exp.eval.num_tasks} is fewer than the {processes} processes (each evaluates a "
-            "share of the tasks)")
 
 
 def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
@@ -151,42 +87,18 @@ def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
 
 
 class Trainer:
-    """Runs the RL loop of `exp` on `policy` (its params are the starting point and, frozen, the
-    KL reference), writing into `workdir`."""
+    """Runs the RL loop of `exp` with the parts of `pipeline` on `policy` (its params are the
+    starting point and, frozen, the KL reference), writing into `workdir`."""
 
-    def __init__(self, exp: "Experiment", workdir: str, policy: Policy,
+    def __init__(self, exp: Experiment, pipeline: Pipeline, workdir: str, policy: Policy,
                  metadata: dict[str, Any]):
-        check_experiment(exp)
         self.exp = exp
+        self.pipeline = pipeline
         self.workdir = workdir
         self.policy = policy
         self.metadata = metadata
-        make_env = exp.env.factory()
-        self.strategy = build_strategy(exp.rollout, policy.config, policy.tokenizer, make_env)
-        if distributed.is_multiprocess() and not plays_shares(self.strategy):
-            raise ConfigError("rollout.strategy", f"{exp.rollout.strategy!r} cannot run in a "
-                              "multi-process job: its sample() takes no first_group (see "
-                              "jaxtree.rollout.strategies.base)")
-        self.reward_fn = build_rewards(exp.reward)
-        self.group_filter = build_filter(exp.filter)
-        self.advantage_fn = build_advantage(exp.advantage)
-        t = exp.train
-        optimizer, self.schedule = optimizer_from_config(
-            exp.optim, t.steps * t.epochs * t.num_minibatches)
-        try:
-            self.updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size,
-                                   exp.mesh.make(), policy.params, exp.model.training_memory(),
-                                   width_multiple=WIDTH_MULTIPLE)
-        except ValueError as e:
-            raise ConfigError("mesh", str(e)) from e
+        self.updater = pipeline.updater
         self.reference = self.updater.place_params(policy.params)
-        engine = exp.rollout.engine()
-        sampling = engine.sampling
-        eval_sampling = SamplingConfig(exp.eval.temperature, sampling.top_k, sampling.top_p)
-        self.eval_engine = SlotEngine(policy.config, policy.tokenizer, exp.env.eval_factory(),
-                                      dataclasses.replace(engine, sampling=eval_sampling))
-        self.norm_constant = exp.loss.norm_constant or float(
-            engine.max_action_tokens * (engine.max_turns or make_env().max_steps))
         self.checkpointer = checkpoints.TrainCheckpointer(workdir, exp.checkpoint.keep)
 
     # ------------------------------------------------------------------ rollout and rewards
@@ -199,17 +111,18 @@ class Trainer:
         step_key = jax.random.fold_in(jax.random.key(self.exp.train.seed), step)
         sampled, rewards, kept, strategy_metrics = [], [], [], []
         groups = episodes = nodes = 0
-        for round_index in range(self.group_filter.max_rounds):
+        pipeline = self.pipeline
+        for round_index in range(pipeline.filter.max_rounds):
             tasks = sampler.draw(r.groups_per_step)
-            batch, metrics = sample_round(self.strategy, params,
+            batch, metrics = sample_round(pipeline.strategy, params,
                                           jax.random.fold_in(step_key, round_index), tasks, step,
                                           self.policy.tokenizer.pad_id)
             batch = batch.renumbered(groups, episodes, nodes)
             groups += len(tasks)
             episodes = int(batch.episode_ids.max()) + 1
             nodes = max(nodes, int(batch.node_ids.max()) + 1)
-            round_rewards = self.reward_fn(batch)
-            keep = self.group_filter.keep(batch, round_rewards)
+            round_rewards = pipeline.rewards(batch)
+            keep = pipeline.filter.keep(batch, round_rewards)
             sampled.append(batch)
             rewards.append(round_rewards)
             kept.append(keep)
@@ -231,12 +144,14 @@ class Trainer:
             "rollout/turns": float(everything.num_turns.mean()),
             "rollout/response_tokens": float(everything.response_lengths.sum()) / turns,
             "rollout/invalid_rate": float(everything.num_invalid.sum()) / turns,
-            "rollout/verified_rate": float(np.nansum(everything.turn_verified)) / turns,
             "rollout/truncated_rate": float(everything.truncated.mean()),
             "rollout/episodes": len(everything),
             "rollout/sampling_rounds": len(sampled),
             "rollout/kept_groups": len(np.unique(batch.group_ids)) if len(batch) else 0,
         }
+        if "verified" in everything.labels:  # when the experiment reads the verifier's verdict
+            metrics["rollout/verified_rate"] = float(
+                np.nansum(everything.labels["verified"])) / turns
         return batch, batch_rewards, metrics
 
     def _local(self, params):
@@ -255,46 +170,41 @@ class Trainer:
         chunk = -(-real // self.exp.train.num_minibatches)  # ceil
         return round_up(chunk, self.updater.row_multiple)
 
-    def _padded(self, batch: TrajectoryBatch, advantages: np.ndarray,
-                extra_rows: int) -> dict[str, np.ndarray]:
-        """The batch's token arrays plus `extra_rows` empty rows (no action token, so no loss)
-        and the width rounded up to WIDTH_MULTIPLE."""
-        width = round_up(batch.tokens.shape[1], WIDTH_MULTIPLE)
-        def pad(x, fill):
-            return np.pad(x, ((0, extra_rows), (0, width - x.shape[1])), constant_values=fill)
-        return {"tokens": pad(batch.tokens, self.policy.tokenizer.pad_id),
-                "action_mask": pad(batch.action_mask, False),
-                "old_logprobs": pad(batch.behaviour_logprobs, 0.0),
-                "advantages": pad(advantages, 0.0)}
-
     def update(self, state, batch: TrajectoryBatch, advantages: np.ndarray, step: int):
         """`epochs` x `num_minibatches` optimizer steps on the batch; returns (state, metrics)."""
         t = self.exp.train
         real = len(batch)
         rows = self._minibatch_rows(real)
-        # enough empty rows to pad any chunk, and a row count the reference pass can split
+        # Enough empty rows (no action token, so no loss) to pad any chunk, a row count the
+        # reference pass can split, and the width rounded up to the updater's multiple.
         total = round_up(real + rows, self.updater.row_multiple)
-        arrays = self._padded(batch, advantages, total - real)
+        width = round_up(batch.tokens.shape[1], self.updater.width_multiple)
+
+        def pad(x, fill):
+            return np.pad(x, ((0, total - real), (0, width - x.shape[1])), constant_values=fill)
+        tokens, action_mask = pad(batch.tokens, self.policy.tokenizer.pad_id), \
+            pad(batch.action_mask, False)
+        old_logprobs, padded_advantages = pad(batch.behaviour_logprobs, 0.0), \
+            pad(advantages, 0.0)
         by_length = t.micro_batches_by_length
-        widths = needed_widths(arrays["action_mask"]) if by_length else None
-        arrays["ref_logprobs"] = distributed.host_array(
-            self.updater.logprobs(self.reference, arrays["tokens"], widths))
+        widths = needed_widths(action_mask) if by_length else None
+        ref_logprobs = distributed.host_array(
+            self.updater.logprobs(self.reference, tokens, widths))
         rng = np.random.default_rng([t.seed, step])
         collected = []
         for _ in range(t.epochs):
             for chunk in np.array_split(rng.permutation(real), t.num_minibatches):
                 index = np.concatenate([chunk, np.arange(real, real + rows - len(chunk))])
-                mb = {k: v[index] for k, v in arrays.items()}
-                mb["weights"] = np.asarray(losses.aggregation_weights(
-                    jnp.asarray(mb["action_mask"]), self.exp.loss.aggregation,
-                    self.norm_constant))
+                mb = self.updater.minibatch(tokens[index], action_mask[index],
+                                            old_logprobs[index], padded_advantages[index],
+                                            ref_logprobs[index])
                 state, metrics = self.updater.step(state, mb, by_length)
                 collected.append(jax.device_get(metrics))
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
         out["train/updates"] = len(collected)
         out["train/skipped"] = int(sum(int(m["skipped"]) for m in collected))
         out["train/grad_norm_max"] = float(max(m["grad_norm"] for m in collected))
-        out["train/learning_rate"] = float(self.schedule(int(state.step) - 1))
+        out["train/learning_rate"] = float(self.updater.schedule(int(state.step) - 1))
         if out["train/skipped"]:
             report(f"step {step}: {out['train/skipped']} of {len(collected)} update(s) skipped "
                    "(non-finite loss or gradient)")
@@ -305,7 +215,7 @@ class Trainer:
     def evaluate(self, params, step: int) -> dict[str, float]:
         """Held-out success and the evaluation metrics (config section `eval`); the evaluation's
         transcripts go to <workdir>/transcripts/step_<step>.{jsonl,txt}."""
-        result = evaluation.evaluate(self.eval_engine, self._local(params), self.exp.eval)
+        result = self.pipeline.evaluator(self._local(params))
         # Every process holds every evaluated episode (each played a share); one writes them.
         if result.transcripts and distributed.is_first():
             evaluation.write_transcripts(f"{self.workdir}/transcripts", f"step_{step}",
@@ -400,8 +310,8 @@ class Trainer:
             report(f"step {step}: every group was filtered out; no update")
             metrics.update({"train/skipped": 1, "train/kl": float("nan")})
         else:
-            advantages = self.advantage_fn(batch, rewards)
-            metrics.update(self.advantage_fn.metrics(batch, rewards))
+            advantages = self.pipeline.advantage(batch, rewards)
+            metrics.update(self.pipeline.advantage.metrics(batch, rewards))
             state, update_metrics = self.update(state, batch, advantages, step)
             metrics.update(update_metrics)
         metrics.update({"time/rollout": rollout_seconds,

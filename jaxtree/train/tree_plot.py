@@ -8,6 +8,8 @@ before the fork. The end of each branch says how it ended: solved (green), faile
 
 from __future__ import annotations
 
+import numpy as np
+
 END_STYLE = {  # (marker, colour, legend)
     "solved": ("*", "tab:green", "solved"),
     "done": ("X", "tab:red", "failed"),
@@ -28,7 +30,7 @@ def render_tree(tree: dict, path: str, title: str | None = None) -> str:
     lane = {b["episode_id"]: i for i, b in enumerate(branches)}
     turns = max(len(b["actions"]) for b in branches)
     fig, ax = plt.subplots(figsize=(1.2 + 1.1 * max(turns, 1), 0.9 + 0.5 * len(branches)))
-    cmap = plt.get_cmap("viridis")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.8")
     used = set()
     for b in branches:
         y = lane[b["episode_id"]]
@@ -38,8 +40,10 @@ def render_tree(tree: dict, path: str, title: str | None = None) -> str:
             ax.plot([start - 1, start], [lane[b["parent_id"]], y], color="0.6", lw=1, zorder=1)
         if xs:
             ax.plot(xs, [y] * len(xs), color="0.6", lw=1, zorder=1)
-            ax.scatter(xs, [y] * len(xs), c=[b["scores"][x] for x in xs], cmap=cmap, vmin=0,
-                       vmax=1, s=60, zorder=2, edgecolors="k", linewidths=0.5)
+            # a score the rollout did not record (None) is drawn grey
+            ax.scatter(xs, [y] * len(xs), c=[np.nan if b["scores"][x] is None else b["scores"][x]
+                                             for x in xs], cmap=cmap, vmin=0, vmax=1,
+                       plotnonfinite=True, s=60, zorder=2, edgecolors="k", linewidths=0.5)
             for x in xs:
                 ax.annotate(b["actions"][x][:14], (x, y), textcoords="offset points",
                             xytext=(0, 7), ha="center", fontsize=6)

@@ -1,15 +1,8 @@
 """The policy update: clipped-surrogate loss, gradient accumulation, optax, sharded and jitted.
 
-One call of the update step consumes one minibatch:
-
-  tokens          int32[B, T]    whole episodes (prompt, observations and actions)
-  action_mask     bool[B, T]     the tokens the policy generated (the only ones with a loss)
-  old_logprobs    float32[B, T]  behaviour log-probs recorded by the rollout (ratio denominator)
-  advantages      float32[B, T]  per-token advantages (0 off the action tokens)
-  weights         float32[B, T]  aggregation weights of the loss, computed over the whole
-                                 minibatch (`losses.aggregation_weights`), so the B rows can be
-                                 split into micro-batches whose losses simply add up
-  ref_logprobs    float32[B, T]  log-probs of the frozen reference policy (KL penalty)
+One call of the update step consumes one minibatch, a `losses.Minibatch` (tokens, action mask,
+behaviour and reference log-probs, advantages and aggregation weights, each [B, T]) whose loss is
+`losses.minibatch_loss`.
 
 B is split into micro-batches of micro_batch_size rows whose gradients and loss sums add up, so
 memory is bounded by one micro-batch's activations. Two ways, the same sums up to float
@@ -45,6 +38,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxtree import losses
+from jaxtree.losses import MINIBATCH_DTYPES, Minibatch
 from jaxtree.config import Section, between, non_negative, one_of, option, positive
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.token_scores import TrainingMemory, token_scores
@@ -52,9 +46,6 @@ from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.utils import round_up
 
-BATCH_DTYPES = {"tokens": jnp.int32, "action_mask": jnp.bool_, "old_logprobs": jnp.float32,
-                "advantages": jnp.float32, "weights": jnp.float32, "ref_logprobs": jnp.float32}
-BATCH_KEYS = tuple(BATCH_DTYPES)
 
 
 class TrainState(NamedTuple):
@@ -121,32 +112,17 @@ def _micro_batches(x: jax.Array, count: int) -> jax.Array:
     return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _loss_fn(model_config, loss_config: losses.LossConfig, memory: TrainingMemory, params, mb):
-    logprobs, entropy, _ = token_scores(model_config, params, mb["tokens"], memory)
-    use_kl = loss_config.kl_coef > 0
-    use_entropy = loss_config.entropy_coef > 0
-    loss, sums = losses.policy_loss(
-        logprobs, mb["old_logprobs"], mb["advantages"], mb["weights"],
-        eps_low=loss_config.eps_low, eps_high=loss_config.eps_high,
-        ref_logprobs=mb["ref_logprobs"] if use_kl else None, kl_coef=loss_config.kl_coef,
-        entropy=entropy if use_entropy else None, entropy_coef=loss_config.entropy_coef)
-    if not use_entropy:  # still report the policy's entropy
-        sums["entropy_sum"] = (jax.lax.stop_gradient(entropy) * mb["action_mask"]).sum()
-    if not use_kl:
-        kl = losses.kl_k3(jax.lax.stop_gradient(logprobs), mb["ref_logprobs"])
-        sums["kl_sum"] = (kl * mb["action_mask"]).sum()
-    return loss, sums
-
-
 def _grad_fn(model_config, loss_config, memory):
-    return jax.value_and_grad(functools.partial(_loss_fn, model_config, loss_config, memory),
-                              has_aux=True)
+    return jax.value_and_grad(
+        functools.partial(losses.minibatch_loss, model_config, loss_config, memory),
+        has_aux=True)
 
 
 def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
                   memory: TrainingMemory = TrainingMemory()) -> tuple[str, ...]:
-    """The names of the loss sums `_loss_fn` reports for this loss config (traced abstractly:
-    nothing is computed). `mb_template` is any micro-batch (only its keys and dtypes matter)."""
+    """The names of the loss sums `losses.minibatch_loss` reports for this loss config (traced
+    abstractly: nothing is computed). `mb_template` is any micro-batch (only its dtypes
+    matter)."""
     (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory), params,
                                   mb_template)
     return tuple(sums)
@@ -160,9 +136,9 @@ def zero_carry(params, sum_keys: tuple[str, ...]):
 
 
 def accumulate_gradients(model_config: ModelConfig, loss_config: losses.LossConfig,
-                         memory: TrainingMemory, params, carry, mbs: dict[str, jax.Array]):
+                         memory: TrainingMemory, params, carry, mbs: Minibatch):
     """`carry` (grads, loss, sums) plus the gradients, losses and loss sums of the micro-batches
-    `mbs` (every key [count, rows, T]), accumulated under `lax.scan`."""
+    `mbs` (every field [count, rows, T]), accumulated under `lax.scan`."""
     grad_fn = _grad_fn(model_config, loss_config, memory)
 
     def accumulate(carry, mb):
@@ -197,26 +173,25 @@ def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, 
 
 def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformation,
                 loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
-                batch: dict[str, jax.Array],
+                batch: Minibatch,
                 micro_batch_sharding: NamedSharding | None = None,
                 memory: TrainingMemory = TrainingMemory()):
-    """One optimizer step on one minibatch (the module docstring lists `batch`), fused: every
-    micro-batch as wide as the minibatch. `memory` trades compute for activation memory
-    (`jaxtree.models.token_scores`).
+    """One optimizer step on one minibatch, fused: every micro-batch as wide as the minibatch.
+    `memory` trades compute for activation memory (`jaxtree.models.token_scores`).
 
     Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
     """
-    rows = batch["tokens"].shape[0]
+    rows = batch.tokens.shape[0]
     if rows % micro_batch_size:
         raise ValueError(f"minibatch of {rows} rows is not a multiple of micro_batch_size="
                          f"{micro_batch_size}")
     count = rows // micro_batch_size
-    mbs = {k: _micro_batches(batch[k], count) for k in BATCH_KEYS}
+    mbs = jax.tree.map(lambda x: _micro_batches(x, count), batch)
     if micro_batch_sharding is not None:
-        mbs = {k: jax.lax.with_sharding_constraint(v, micro_batch_sharding)
-               for k, v in mbs.items()}
+        mbs = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, micro_batch_sharding),
+                           mbs)
     carry = zero_carry(state.params, loss_sum_keys(model_config, loss_config, state.params,
-                                                   {k: v[0] for k, v in mbs.items()}, memory))
+                                                   jax.tree.map(lambda x: x[0], mbs), memory))
     carry = accumulate_gradients(model_config, loss_config, memory, state.params, carry, mbs)
     return apply_gradients(optimizer, state, carry)
 
@@ -270,21 +245,21 @@ def accumulation_calls(groups: list[tuple[np.ndarray, int]]) -> list[tuple[list,
     return calls
 
 
-def take_micro_batch(batch: dict[str, np.ndarray], index: np.ndarray, width: int,
-                     keys=BATCH_KEYS) -> dict[str, np.ndarray]:
-    """The rows `index` of `batch` (host arrays [B, T]) cut to `width` columns (padded if the
-    batch is narrower); rows with index -1 become fillers without action tokens or weight."""
+def take_rows(x: np.ndarray, index: np.ndarray, width: int, zero_fillers: bool) -> np.ndarray:
+    """The rows `index` of a host array [B, T] cut to `width` columns (padded if narrower);
+    rows with index -1 repeat row 0, zeroed when `zero_fillers`."""
     filler = index < 0
-    safe = np.where(filler, 0, index)
-    out = {}
-    for key in keys:
-        x = np.asarray(batch[key])[safe, :width]
-        if x.shape[1] < width:
-            x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
-        if key != "tokens":
-            x = np.where(filler[:, None], np.zeros((), x.dtype), x)
-        out[key] = x
-    return out
+    x = np.asarray(x)[np.where(filler, 0, index), :width]
+    if x.shape[1] < width:
+        x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+    return np.where(filler[:, None], np.zeros((), x.dtype), x) if zero_fillers else x
+
+
+def take_micro_batch(batch: Minibatch, index: np.ndarray, width: int) -> Minibatch:
+    """The rows `index` of `batch` (host arrays) cut to `width` columns; rows with index -1
+    become fillers without action tokens or weight."""
+    return Minibatch(*(take_rows(x, index, width, zero_fillers=name != "tokens")
+                       for name, x in zip(Minibatch._fields, batch)))
 
 
 class Updater:
@@ -297,15 +272,20 @@ class Updater:
     process's devices, every process calls each method with the same host values (the whole
     minibatch), and each places the rows of its own devices (`distributed.put`). `memory` trades
     compute for activation memory
-    in the update and the reference log-probs (`jaxtree.models.token_scores`).
+    in the update and the reference log-probs (`jaxtree.models.token_scores`). `schedule` is
+    the optimizer's learning-rate schedule (for the log) and `norm_constant` seq-sum's C of the
+    loss's aggregation weights (`minibatch`).
     """
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
                  loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
                  params_template, memory: TrainingMemory = TrainingMemory(),
-                 width_multiple: int = 64):
+                 width_multiple: int = 64, schedule: optax.Schedule | None = None,
+                 norm_constant: float = 0.0):
         self.model_config = model_config
         self.optimizer = optimizer
+        self.schedule = schedule
+        self.norm_constant = norm_constant
         self.loss_config = loss_config
         self.memory = memory
         self.mesh = mesh
@@ -342,8 +322,8 @@ class Updater:
             functools.partial(apply_gradients, optimizer),
             in_shardings=(self.state_shardings, self._carry_shardings),
             out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
-        template = {k: jax.ShapeDtypeStruct((1, width_multiple), dtype)
-                    for k, dtype in BATCH_DTYPES.items()}
+        template = Minibatch(*(jax.ShapeDtypeStruct((1, width_multiple), dtype)
+                               for dtype in MINIBATCH_DTYPES))
         sum_keys = loss_sum_keys(model_config, loss_config, params_template, template, memory)
         self._zero_carry = jax.jit(functools.partial(zero_carry, sum_keys=sum_keys),
                                    in_shardings=(self.param_shardings,),
@@ -379,22 +359,28 @@ class Updater:
         multi-process job (`jaxtree.parallel.distributed.local_copy`)."""
         return self._replicate(params)
 
-    def step(self, state: TrainState, batch: dict,
+    def minibatch(self, tokens, action_mask, old_logprobs, advantages,
+                  ref_logprobs) -> Minibatch:
+        """A minibatch of host arrays [B, T] with the loss's aggregation weights."""
+        return losses.minibatch(tokens, action_mask, old_logprobs, advantages, ref_logprobs,
+                                self.loss_config, self.norm_constant)
+
+    def step(self, state: TrainState, batch: Minibatch,
              by_length: bool = False) -> tuple[TrainState, dict]:
-        """One optimizer step on the minibatch `batch` (host arrays, the module docstring's keys;
-        B a multiple of `row_multiple`): fused, or with micro-batches grouped `by_length`."""
+        """One optimizer step on the minibatch `batch` (host arrays, B a multiple of
+        `row_multiple`): fused, or with micro-batches grouped `by_length`."""
         if not by_length:
-            batch = {k: distributed.put(batch[k], self.batch_sharding) for k in BATCH_KEYS}
-            return self._step(state, batch)
-        batch = {k: np.asarray(batch[k]) for k in BATCH_KEYS}
-        groups = length_groups(needed_widths(batch["action_mask"], batch["weights"]),
+            return self._step(state, Minibatch(*(distributed.put(x, self.batch_sharding)
+                                                 for x in batch)))
+        batch = Minibatch(*(np.asarray(x) for x in batch))
+        groups = length_groups(needed_widths(batch.action_mask, batch.weights),
                                self.row_multiple, self.width_multiple)
         if not groups:  # no action token at all: an all-zero accumulation, as the fused step
             groups = [(np.full(self.row_multiple, -1), self.width_multiple)]
         carry = self._zero_carry(state.params)
         for indices, width in accumulation_calls(groups):
             mb = take_micro_batch(batch, np.concatenate(indices), width)
-            mbs = {k: v.reshape(len(indices), self.row_multiple, width) for k, v in mb.items()}
+            mbs = jax.tree.map(lambda x: x.reshape(len(indices), self.row_multiple, width), mb)
             carry = self._accumulate(state.params, carry,
                                      distributed.put(mbs, self.micro_batch_sharding))
         return self._apply(state, carry)
@@ -413,9 +399,9 @@ class Updater:
         tokens = np.asarray(tokens)
         out = np.zeros(tokens.shape, np.float32)
         for index, width in length_groups(widths, size, self.width_multiple):
-            chunk = take_micro_batch({"tokens": tokens}, index, width, keys=("tokens",))
+            chunk = take_rows(tokens, index, width, zero_fillers=False)
             scores = distributed.host_array(self._logprobs(
-                params, distributed.put(chunk["tokens"], self.batch_sharding)))
+                params, distributed.put(chunk, self.batch_sharding)))
             real = index >= 0
             keep = min(width, tokens.shape[1])
             out[index[real], :keep] = scores[real, :keep]

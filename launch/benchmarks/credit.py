@@ -45,9 +45,10 @@ def synthetic_batch(rows: int, turns: int, group_size: int, seed: int = 0):
             states[i, t] = f"{t}|{board}"
             anchors[i, t] = f"{board}"
             actions[i, t] = str(int(rng.integers(ACTIONS)))
+    labels = {"state_signature": states, "action_signature": actions, "anchor_state": anchors}
     return types.SimpleNamespace(
         group_ids=(np.arange(rows) // group_size).astype(np.int32), num_turns=num_turns,
-        state_signatures=states, action_signatures=actions, anchor_states=anchors,
+        labels=labels, label=labels.__getitem__,
         played=played, success=rng.random(rows) < 0.5,
         turn_rewards=np.where(played, rng.choice([0.005, -0.005], (rows, turns)), 0.0)
         .astype(np.float32),
@@ -60,8 +61,7 @@ def _update_seconds(rows: int, seq_len: int, micro_batch: int, repeats: int) -> 
     updater = Updater(config, make_optimizer(make_schedule(1e-4)), LossConfig(kl_coef=0.001),
                       micro_batch, make_mesh(), params)
     state = [updater.init_state(params)]
-    placed = {k: jax.device_put(v, updater.batch_sharding)
-              for k, v in _batch(config, rows, seq_len).items()}
+    placed = jax.device_put(_batch(config, rows, seq_len), updater.batch_sharding)
 
     def step():
         state[0], metrics = updater._step(state[0], placed)

@@ -37,17 +37,15 @@ from launch.benchmarks.common import (interleaved_median_seconds, machine_info, 
                                       median_seconds, write_json)
 
 
-def _batch(config, rows: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
+def _batch(config, rows: int, seq_len: int, seed: int = 0) -> losses.Minibatch:
+    """A random minibatch: the second half of every row is its action."""
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, min(config.vocab_size, 256), (rows, seq_len)).astype(np.int32)
     mask = np.zeros((rows, seq_len), bool)
     mask[:, seq_len // 2:] = True
     old = np.where(mask, -rng.uniform(0.1, 3.0, (rows, seq_len)), 0).astype(np.float32)
-    batch = {"tokens": tokens, "action_mask": mask, "old_logprobs": old,
-             "advantages": np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32),
-             "ref_logprobs": old}
-    batch["weights"] = np.asarray(losses.aggregation_weights(mask, "seq-mean-token-mean"))
-    return batch
+    advantages = np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32)
+    return losses.minibatch(tokens, mask, old, advantages, old, LossConfig(), 0.0)
 
 
 def parse_memory_mode(mode: str) -> TrainingMemory:
@@ -72,7 +70,7 @@ def _updater(config, params, micro: int, memory: TrainingMemory) -> Updater:
 def _step_flops(config, params, batch, rows: int) -> float:
     updater = _updater(config, params, rows, TrainingMemory())
     state = jax.eval_shape(updater.init_state, params)
-    placed = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+    placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), batch)
     return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
 
 
@@ -91,7 +89,7 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
             for mode, memory in modes.items():
                 updater = _updater(config, params, micro, memory)
                 state = [updater.init_state(params)]
-                placed = {k: jax.device_put(v, updater.batch_sharding) for k, v in batch.items()}
+                placed = jax.device_put(batch, updater.batch_sharding)
                 compiled = updater._step.lower(state[0], placed).compile()
                 temp = int(compiled.memory_analysis().temp_size_in_bytes)
 
@@ -124,7 +122,7 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
 
 
 def lengths_batch(config, rows: int, long_rows: int, seq_len: int, short_len: int,
-                  seed: int = 0) -> dict[str, np.ndarray]:
+                  seed: int = 0) -> losses.Minibatch:
     """A minibatch of `rows` random sequences `seq_len` wide in which the first `long_rows` rows
     have action tokens up to the end and the others only up to `short_len` (one multi-turn episode
     among one-turn ones: the whole minibatch is as wide as its longest row)."""
@@ -132,11 +130,10 @@ def lengths_batch(config, rows: int, long_rows: int, seq_len: int, short_len: in
     mask = np.zeros((rows, seq_len), bool)
     mask[:long_rows, seq_len // 2:] = True
     mask[long_rows:, short_len // 2:short_len] = True
-    for key in ("old_logprobs", "advantages", "ref_logprobs"):
-        batch[key] = np.where(mask, batch[key], 0).astype(np.float32)
-    batch["action_mask"] = mask
-    batch["weights"] = np.asarray(losses.aggregation_weights(mask, "seq-mean-token-mean"))
-    return batch
+    masked = lambda x: np.where(mask, x, 0).astype(np.float32)  # noqa: E731
+    return losses.minibatch(batch.tokens, mask, masked(batch.old_logprobs),
+                            masked(batch.advantages), masked(batch.ref_logprobs), LossConfig(),
+                            0.0)
 
 
 def run_lengths(model_names, rows: int, long_rows: int, seq_len: int, short_len: int,
@@ -153,7 +150,7 @@ def run_lengths(model_names, rows: int, long_rows: int, seq_len: int, short_len:
         policy = load_policy(name)
         config, params = policy.config, policy.params
         batch = lengths_batch(config, rows, long_rows, seq_len, short_len)
-        widths = needed_widths(batch["action_mask"], batch["weights"])
+        widths = needed_widths(batch.action_mask, batch.weights)
         for micro in micro_batches:
             updater = Updater(config, make_optimizer(make_schedule(1e-4)),
                               LossConfig(kl_coef=0.01), micro, make_mesh(), params,
@@ -172,9 +169,9 @@ def run_lengths(model_names, rows: int, long_rows: int, seq_len: int, short_len:
             timed = interleaved_median_seconds({
                 "fused": lambda: step(False), "by length": lambda: step(True),
                 "reference fused": lambda: jax.block_until_ready(
-                    updater.logprobs(placed, batch["tokens"])),
+                    updater.logprobs(placed, batch.tokens)),
                 "reference by length": lambda: jax.block_until_ready(
-                    updater.logprobs(placed, batch["tokens"], widths))}, repeats)
+                    updater.logprobs(placed, batch.tokens, widths))}, repeats)
             diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
                 jax.tree_util.tree_leaves(states[False].params),
                 jax.tree_util.tree_leaves(states[True].params)))

@@ -26,8 +26,9 @@ import numpy as np
 import environments
 from jaxtree.policy import load_policy
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
-from jaxtree.scorers import SCORERS
+from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.slots import init_slots, prefill_slots, read_slots
+from jaxtree.scorers import build_scorer
 from jaxtree.rollout.strategies.patr import PatrConfig, sample_patr
 from jaxtree.rollout.strategies.tsr import BeamConfig, LookaheadConfig, sample_beam
 from jaxtree.sampling.sampler import bucket_length
@@ -77,13 +78,15 @@ def _arms(policy, make_env, rollout: RolloutConfig, tasks, patr: PatrConfig, bea
           lookahead: LookaheadConfig, group_size: int, methods=METHODS):
     """(method, build, engine, step(engine, seed) -> batch) of every tree arm. Lookahead gets
     twice the slots: each candidate's discarded copy plays while the candidate is held."""
-    scorer = SCORERS.build("heuristic", None)
+    scorer = build_scorer("heuristic", None)
     arms = []
     for method in methods:
         slots = rollout.num_slots * (2 if method == "lookahead" else 1)
+        # each method's engine records the labels it reads
+        labels = TurnLabeler(("action_signature",) if method == "patr" else ("turn_score",))
         for mode, engine_type in (("fork", SlotEngine), ("re-prefill", ReprefillEngine)):
             engine = engine_type(policy.config, policy.tokenizer, make_env,
-                                 dataclasses.replace(rollout, num_slots=slots))
+                                 dataclasses.replace(rollout, num_slots=slots), labels)
             if method == "patr":
                 step = (lambda e, seed: sample_patr(e, policy.params, jax.random.key(seed), tasks,
                                                     patr, scorer)[0])

@@ -17,17 +17,19 @@ the entropy of its first reply. What is implemented is the rule of ARPO's releas
     4  a task with no branch left and budget to spare starts one new rollout from its prompt per
        turn (the code's "non-active samples", `refill`)
 
-A child is `SlotEngine.fork`: the parent's cache rows are copied on device and its environment
-cloned, so the shared prefix is not re-prefilled (ARPO re-sends it to vLLM). The child samples its
-own next reply from the branch point.
+ARPO is a controller of the shared tree loop (`jaxtree.rollout.tree`). A child is a fork: the
+parent's cache rows are copied on device and its environment cloned, so the shared prefix is not
+re-prefilled (ARPO re-sends it to vLLM). The child samples its own next reply from the branch
+point.
 
 Choices, stated:
   * Entropy: ARPO's code sums vLLM's top-10 log-prob entropies of the first 20 tokens. The decode
     loop here keeps no full distributions, so H uses the sampled tokens' surprisal under the
     policy at temperature 1: its expectation is the policy's entropy at those positions (an
     unbiased one-sample estimate, summed over the same first tokens and normalised the same way).
-  * H_init: the paper's "initial entropy" is the first reply's; children inherit their root's.
-    (The code records a branch's first reply after it was created, so a child's dH starts at 0.)
+  * H_init: the paper's "initial entropy" is the first reply's; children inherit their root's
+    (a branch's first turn is its root's: forks copy the history). (The code records a branch's
+    first reply after it was created, so a child's dH starts at 0.)
   * Advantages: ARPO's default "soft" advantage attribution is GRPO over the whole group (shared
     prefix tokens get the mean of their branches' advantages through identical importance
     ratios), so the group enters the configured advantage (GRPO) unchanged.
@@ -41,17 +43,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import defaultdict
 from typing import Sequence
 
 import jax
 import numpy as np
 
 from jaxtree.config import Section, between, non_negative, option, positive, require
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             share_key, start_trees, tree_group_metrics)
+from jaxtree.rollout.strategies.base import RolloutContext, register_tree_method, require_slots
 from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.rollout.tree import (Decision, Expand, ForestView, TreeController, TreeLog,
+                                  tree_rollout)
 
 # ARPO's released scripts (ARPO_7B_Reasoning_1node.sh and the deep-search ones).
 PAPER_INITIAL_BRANCHES = 8
@@ -110,93 +111,93 @@ def fork_count(delta: float, settings: ArpoConfig, room: int, rng: np.random.Gen
     return count, draws
 
 
-def sample_arpo(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                settings: ArpoConfig, vocab_size: int, decisions: list | None = None
-                ) -> tuple[TrajectoryBatch, dict[str, float]]:
-    """One ARPO tree per task (group g = task_ids[g]).
+def arpo_decide(settings: ArpoConfig, vocab_size: int, view: ForestView,
+                state: None) -> tuple[Decision, None]:
+    """ARPO's branching points at one boundary: every branch that has played a turn and goes on
+    (tasks in order, oldest first) draws its children; a task with no live branch and budget
+    left gets a new rollout. The grants are those the loop will make (free slots, then the
+    budget), so each draw sees the room its predecessors left, as in ARPO's loop."""
+    expand, refills, records = [], [], []
+    free = view.free_slots
+    for group in range(view.num_groups):
+        live = view.live(group)
+        used = view.started[group]
+        for branch in sorted(live, key=lambda b: b.episode_id):
+            if branch.num_turns == 0:
+                continue
+            turns = branch.turns
+            h = reply_entropy(turns[-1].action_logprobs, settings.entropy_tokens, vocab_size)
+            h0 = reply_entropy(turns[0].action_logprobs, settings.entropy_tokens, vocab_size)
+            wanted, draws = fork_count(h - h0, settings, settings.max_branches - used, view.rng)
+            granted = min(wanted, free)
+            free, used = free - granted, used + granted
+            if wanted:
+                expand.append(Expand(branch.episode_id, wanted, partial=True))
+            records.append({"group": group, "turn": branch.num_turns,
+                            "episode": branch.episode_id, "entropy": h, "delta": h - h0,
+                            "draws": draws, "expanded": [branch.episode_id] * bool(wanted),
+                            "wanted": wanted})
+        if settings.refill and not live and used < settings.max_branches:
+            refills.append((group, 1))
+    return Decision(expand=tuple(expand), add_roots=tuple(refills), records=tuple(records)), state
 
-    Args:
-      engine: the slot engine (needs num_slots >= M x tasks).
-      vocab_size: V of the entropy's normalisation.
-      decisions: when a list, every branching point is appended to it as a dict (group, turn,
-        episode, entropy, delta, draws, children ids, refused).
 
-    Returns:
-      (the groups' trajectories ordered by episode id, metrics under `arpo/`).
-    """
-    choice_rng, budget_used = start_trees(engine, params, rng, task_ids,
-                                          settings.initial_branches)
-    budget_used = defaultdict(int, budget_used)   # group -> rollouts started (roots, forks, refills)
-    initial: dict[int, float] = {}           # episode -> H_init of its tree's root
-    counts = defaultdict(float)
-    entropies, deltas = [], []
-    while engine.has_work:
-        engine.play_turn()
-        by_group = defaultdict(list)
-        for e in engine.live:
-            by_group[e.group_id].append(e)
-        for group in sorted(by_group):
-            for e in sorted(by_group[group], key=lambda e: e.episode_id):
-                h = reply_entropy(e.action_logprobs, settings.entropy_tokens, vocab_size)
-                h0 = initial.setdefault(e.episode_id, h)
-                delta = h - h0
-                entropies.append(h)
-                deltas.append(delta)
-                room = settings.max_branches - budget_used[group]
-                wanted, draws = fork_count(delta, settings, room, choice_rng)
-                granted = min(wanted, engine.free_slots)
-                children = engine.fork(e.episode_id, granted) if granted else []
-                for child in children:
-                    initial[child] = h0
-                budget_used[group] += granted
-                counts["forks"] += granted
-                counts["refused"] += wanted - granted
-                counts["points"] += 1
-                if decisions is not None:
-                    decisions.append({"group": group, "turn": e.num_turns,
-                                      "episode": e.episode_id, "entropy": h, "delta": delta,
-                                      "draws": draws, "children": children,
-                                      "refused": wanted - granted})
-        if settings.refill:
-            busy = {e.group_id for e in engine.episodes.values() if not e.finished}
-            for group, task in enumerate(task_ids):
-                if group not in busy and budget_used[group] < settings.max_branches:
-                    engine.add_episode(task, group_id=group)
-                    budget_used[group] += 1
-                    counts["refills"] += 1
-            engine.start_queued()
-    batch = engine.collect()
-    metrics = {
-        **tree_group_metrics("arpo", batch, budget_used, len(task_ids)),
-        "arpo/branch_points": counts["points"], "arpo/forks": counts["forks"],
-        "arpo/refills": counts["refills"], "arpo/refused": counts["refused"],
+def branch_points(log: TreeLog) -> list[dict]:
+    """Every branching point of an ARPO session (group, turn, episode, entropy, delta, draws,
+    the children forked and the number refused for want of slots)."""
+    points = []
+    for boundary in log.boundaries:
+        for record in boundary["records"]:
+            episode = record["episode"]
+            points.append({**record, "children": boundary["forked"].get(episode, []),
+                           "refused": boundary["refused"].get(episode, 0)})
+    return points
+
+
+def arpo_metrics(log: TreeLog, batch: TrajectoryBatch) -> dict[str, float]:
+    points = log.records
+    forks = sum(len(children) for b in log.boundaries for children in b["forked"].values())
+    entropies = [p["entropy"] for p in points]
+    refills = sum(count for b in log.boundaries for _, count in b["added"])
+    return {
+        **log.group_metrics("arpo", batch),
+        "arpo/branch_points": float(len(points)), "arpo/forks": float(forks),
+        "arpo/refills": float(refills), "arpo/refused": float(log.refused),
         "arpo/entropy": float(np.mean(entropies)) if entropies else 0.0,
-        "arpo/entropy_delta": float(np.mean(deltas)) if deltas else 0.0,
+        "arpo/entropy_delta": float(np.mean([p["delta"] for p in points])) if points else 0.0,
     }
-    return batch, metrics
 
 
-@STRATEGIES.register("arpo", ArpoConfig)
-class Arpo:
+def arpo_controller(settings: ArpoConfig, vocab_size: int) -> TreeController:
+    """ARPO's entropy-guided branching as a tree controller (V = `vocab_size`)."""
+    return TreeController(
+        roots=settings.initial_branches,
+        decide=lambda view, state: arpo_decide(settings, vocab_size, view, state),
+        max_branches=settings.max_branches, metrics=lambda batch, log: arpo_metrics(log, batch),
+        summed_metrics=("arpo/branch_points", "arpo/forks", "arpo/refills", "arpo/refused"))
+
+
+def sample_arpo(engine, params, rng: jax.Array, task_ids: Sequence[int], settings: ArpoConfig,
+                vocab_size: int, decisions: list | None = None
+                ) -> tuple[TrajectoryBatch, dict[str, float]]:
+    """One ARPO tree per task (group g = task_ids[g]) on `engine` (needs num_slots >= M x
+    tasks); `decisions`, when a list, receives every branching point (`branch_points`).
+
+    Returns (the groups' trajectories ordered by episode id, metrics under `arpo/`)."""
+    controller = arpo_controller(settings, vocab_size)
+    batch, log = tree_rollout(engine, params, rng, task_ids, controller)
+    if decisions is not None:
+        decisions.extend(branch_points(log))
+    return batch, controller.metrics(batch, log)
+
+
+def _check_slots(settings: ArpoConfig, stage) -> None:
+    """Slots to start every task's M rollouts at once."""
+    require_slots(stage, settings.initial_branches * stage.groups_per_step)
+
+
+@register_tree_method("arpo", ArpoConfig, check=_check_slots)
+def arpo(settings: ArpoConfig, context: RolloutContext) -> TreeController:
     """ARPO's entropy-guided branching after each observation (see the module docstring);
     branches fork on device (copied cache rows, cloned environment)."""
-
-    @staticmethod
-    def check_stage(settings: ArpoConfig, stage) -> None:
-        """Slots to start every task's M rollouts at once."""
-        require_slots(stage, settings.initial_branches * stage.groups_per_step)
-
-    def __init__(self, settings: ArpoConfig, context: RolloutContext):
-        self.settings = settings
-        self.vocab_size = context.model_config.vocab_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
-
-    share_sums = ("arpo/branch_points", "arpo/forks", "arpo/refills", "arpo/refused")
-
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
-               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
-        del step
-        batch, metrics = sample_arpo(self.engine, params, share_key(rng, first_group), tasks,
-                                     self.settings, self.vocab_size)
-        return batch, {**metrics, **self.engine.stats.metrics()}
+    return arpo_controller(settings, context.model_config.vocab_size)

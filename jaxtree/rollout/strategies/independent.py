@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy
 from jaxtree.rollout.trajectory import TrajectoryBatch
 
 
@@ -33,14 +33,13 @@ def sample_independent(engine: SlotEngine, params, rng: jax.Array, task_ids: Seq
 
 
 @STRATEGIES.register("independent")
-class Independent:
+class Independent(RolloutStrategy):
     """`group_size` independent episodes per task on the slot engine (GRPO's rollout group)."""
 
     def __init__(self, settings: None, context: RolloutContext):
         del settings  # no settings
         self.group_size = context.group_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
+        self.engine = context.engine()
 
     def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
                first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:

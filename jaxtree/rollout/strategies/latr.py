@@ -24,8 +24,7 @@ import numpy as np
 
 from jaxtree.config import between, option, require
 from jaxtree.rollout.episode import Episode
-from jaxtree.rollout.signatures import signature_function
-from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext
+from jaxtree.rollout.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy
 from jaxtree.rollout.trajectory import NO_PARENT, TrajectoryBatch, assemble
 from jaxtree.sampling.latr import FRESH, LatrConfig, LatrOutput, latr_generate_jit
 from jaxtree.utils import round_up
@@ -104,7 +103,7 @@ def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, para
     if any(len(s) != 1 for s in stops):
         raise ValueError("LATR rollouts need single-token stop sequences (the tree ends a branch "
                          f"on a token); this tokenizer's are {stops}")
-    signature_fn = signature_function(context.rollout.signature)
+    labeler = context.labeler()
     roots, prompts = [], []
     for g, task in enumerate(task_ids):
         root = Episode(g * k, int(task), g)
@@ -132,7 +131,7 @@ def sample_latr_trees(context: RolloutContext, settings: LatrRolloutConfig, para
                           parent_id=g * k + int(out.parent[g, j]) if tree_child[j] else NO_PARENT,
                           fork_turn=0 if tree_child[j] else NO_PARENT, depth=int(depth[j]))
             row.play(tokenizer, action, bool(out.finished[g, j]), context.rollout.max_turns,
-                     node_id=row.episode_id, signature_fn=signature_fn)
+                     node_id=row.episode_id, labeler=labeler, logprobs=out.logprobs[g, j, :n])
             row.info.update(latr_origin=int(out.origin[g, j]), latr_birth=int(out.birth[g, j]),
                             latr_fork_position=int(out.fork_position[g, j]))
             records.append(row.record(
@@ -160,7 +159,7 @@ def tree_stats(out: LatrOutput, tree_slots: int) -> dict[str, float]:
 
 
 @STRATEGIES.register("latr", LatrRolloutConfig)
-class Latr:
+class Latr(RolloutStrategy):
     """LATR lookahead trees inside each task's single action (single-turn tasks), hybrid with
     plain sampling by the η schedule."""
 
@@ -172,7 +171,7 @@ class Latr:
         self.settings = settings
         self.context = context
 
-    share_sums = ("latr/completed_rows", "latr/forked_rows", "latr/forwards")
+    summed_metrics = ("latr/completed_rows", "latr/forked_rows", "latr/forwards")
 
     def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
                first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:

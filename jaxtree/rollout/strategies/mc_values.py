@@ -9,8 +9,9 @@ mean return of its continuations,
 
     V(s_t) = (1/m) sum_j return_j,
 
-recorded on the turn (`TrajectoryBatch.turn_mc_values[i, t]`); the `mc_process` reward term
-turns the values into r_t = V(s_{t+1}) - V(s_t) with V(s_T) = the episode's own return.
+recorded on the turn as the `mc_value` label (`batch.label("mc_value")[i, t]`); the
+`mc_process` reward term turns the values into r_t = V(s_{t+1}) - V(s_t) with V(s_T) = the
+episode's own return.
 
 A continuation's return counts the rewards of the whole episode it continues (history
 included): the history's rewards are common to all continuations of a state, so they cancel in
@@ -19,10 +20,11 @@ gamma = 1. Continuations are forked on device (`SlotEngine.fork`: copied cache r
 environment, nothing re-prefilled) and dropped from the training batch; they sample with their
 own episode ids, hence independent randomness.
 
-Schedule: the episodes advance in lockstep. At each turn boundary every live episode is held
+Schedule (a controller of the shared tree loop, `jaxtree.rollout.tree`, whose probes are the
+continuations): the episodes advance in lockstep. At each turn boundary every live episode waits
 (keeps its slot, sits turns out) while continuations are forked for as many of them as the free
-slots allow, more as slots free up; when all have finished, the episodes play one turn. The
-engine needs num_slots >= (episodes per step) + continuations.
+slots allow (the last rows first), more as slots free up; when all have finished, the episodes
+play one turn. The engine needs num_slots >= (episodes per step) + continuations.
 
 Cost: about m x (mean remaining turns) continuation turns per episode turn; the metrics
 `mc/continuations`, `mc/continuation_steps` and `mc/main_steps` report it per step.
@@ -37,10 +39,9 @@ import jax
 import numpy as np
 
 from jaxtree.config import Section, option, positive
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             share_key)
+from jaxtree.rollout.strategies.base import RolloutContext, register_tree_method, require_slots
 from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.rollout.tree import Decision, ForestView, TreeController, TreeLog, tree_rollout
 
 PAPER_CONTINUATIONS = 100   # VPR §3.1: "100 light-weight Monte Carlo rollouts"
 
@@ -51,81 +52,57 @@ class McValuesConfig(Section):
                                 "uses 100; the cost grows linearly in m)", check=positive())
 
 
-def sample_with_values(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
+def mc_values_decide(view: ForestView, state: None) -> tuple[Decision, None]:
+    """Before each turn, every live episode's state is probed by its continuations (the last
+    rows first); once they have played out, V(s_t) = the mean of their returns is attached to
+    the episode's next turn."""
+    live = view.live()
+    if not live:
+        return Decision(), state
+    if not view.probes:
+        return Decision(probe=tuple(b.episode_id for b in reversed(live))), state
+    values = tuple((b.episode_id, "mc_value",
+                    float(np.mean([p.returns for p in view.probes[b.episode_id]])))
+                   for b in live)
+    return Decision(labels=values), state
+
+
+def mc_metrics(log: TreeLog) -> dict[str, float]:
+    return {"mc/continuations": float(log.probes), "mc/continuation_steps": float(log.probe_turns),
+            "mc/main_steps": float(log.branch_turns)}
+
+
+def mc_values_controller(group_size: int, continuations: int) -> TreeController:
+    """`group_size` episodes per task, each state valued by `continuations` continuations."""
+    return TreeController(roots=group_size, decide=mc_values_decide,
+                          probe_copies=continuations,
+                          metrics=lambda batch, log: mc_metrics(log), summed_metrics=("mc/",))
+
+
+def sample_with_values(engine, params, rng: jax.Array, task_ids: Sequence[int],
                        group_size: int, continuations: int) -> tuple[TrajectoryBatch,
                                                                      dict[str, float]]:
-    """`group_size` episodes per task with V(s_t) of every turn's state in turn_mc_values.
+    """`group_size` episodes per task with V(s_t) of every turn's state in the `mc_value` label.
 
-    Returns (batch of the episodes ordered by group, cost metrics).
-    """
-    engine.begin(params, rng)
-    mains = [engine.add_episode(task, group_id=g) for g, task in enumerate(task_ids)
-             for _ in range(group_size)]
-    needed = len(mains) + continuations
+    Returns (batch of the episodes ordered by group, cost metrics)."""
+    needed = group_size * len(task_ids) + continuations
     if engine.rollout.num_slots < needed:
         raise ValueError(f"rollout.num_slots={engine.rollout.num_slots} is too small for MC "
-                         f"values: {len(mains)} episodes + {continuations} continuations need "
-                         f"at least {needed}")
-    engine.start_queued()
-    main_ids = set(mains)
-    returns: dict[tuple[int, int], list[float]] = {}   # (episode, turn) -> continuation returns
-    owner: dict[int, tuple[int, int]] = {}             # continuation id -> (episode, turn)
-    main_steps = continuation_steps = 0
-
-    def live_mains():
-        return [e for e in engine.live if e.episode_id in main_ids]
-
-    while live_mains():
-        waiting = live_mains()
-        engine.held = {e.episode_id for e in waiting}
-        while waiting or owner:
-            # With no continuation live, the free slots hold at least m (checked above).
-            while waiting and engine.free_slots >= continuations:
-                parent = waiting.pop()
-                for child in engine.fork(parent.episode_id, continuations):
-                    owner[child] = (parent.episode_id, parent.num_turns)
-            steps_before = engine.stats.env_steps
-            for episode_id in engine.play_turn():
-                record = engine.discard(episode_id)
-                returns.setdefault(owner.pop(episode_id), []).append(
-                    sum(turn.reward for turn in record.turns))
-            continuation_steps += engine.stats.env_steps - steps_before
-        engine.held = set()
-        steps_before = engine.stats.env_steps
-        engine.play_turn()
-        main_steps += engine.stats.env_steps - steps_before
-
-    for episode_id in mains:
-        for t, turn in enumerate(engine.episodes[episode_id].turns):
-            turn.mc_value = float(np.mean(returns[(episode_id, t)]))
-    batch = engine.collect()
-    return batch, {"mc/continuations": float(sum(len(v) for v in returns.values())),
-                   "mc/continuation_steps": float(continuation_steps),
-                   "mc/main_steps": float(main_steps)}
+                         f"values: {group_size * len(task_ids)} episodes + {continuations} "
+                         f"continuations need at least {needed}")
+    controller = mc_values_controller(group_size, continuations)
+    batch, log = tree_rollout(engine, params, rng, task_ids, controller)
+    return batch, controller.metrics(batch, log)
 
 
-@STRATEGIES.register("mc_values", McValuesConfig)
-class McValues:
+def _check_slots(settings: McValuesConfig, stage) -> None:
+    """Slots for every episode of a step plus one state's continuations."""
+    require_slots(stage, stage.groups_per_step * stage.group_size + settings.continuations)
+
+
+@register_tree_method("mc_values", McValuesConfig, produces=("mc_value",), check=_check_slots)
+def mc_values(settings: McValuesConfig, context: RolloutContext) -> TreeController:
     """Independent episodes with Monte-Carlo state values from `continuations` forked
     continuations per visited state (VPR's MC-PR baseline; use with reward.terms=
     ('mc_process',))."""
-
-    @staticmethod
-    def check_stage(settings: McValuesConfig, stage) -> None:
-        """Slots for every episode of a step plus one state's continuations."""
-        require_slots(stage, stage.groups_per_step * stage.group_size + settings.continuations)
-
-    def __init__(self, settings: McValuesConfig, context: RolloutContext):
-        self.settings = settings
-        self.group_size = context.group_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
-
-    share_sums = ("mc/",)
-
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
-               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
-        del step
-        batch, metrics = sample_with_values(self.engine, params, share_key(rng, first_group),
-                                            tasks, self.group_size, self.settings.continuations)
-        return batch, {**metrics, **self.engine.stats.metrics()}
+    return mc_values_controller(context.group_size, settings.continuations)

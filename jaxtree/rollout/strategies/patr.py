@@ -11,11 +11,13 @@ Process-scorer guided Adaptive Tree Rollout (PATR, §4.1, Alg. 1), for each task
     9-10   every branch of E is replaced by M children forked from its state (Eq. 4); L moves to C
     13 return the group C
 
-Here a branch is a slot-engine episode. A child is `SlotEngine.fork`: the parent's cache rows are
-copied on device and its environment cloned, so the shared prefix is neither re-sent nor
-re-prefilled. The parent continues as the first of its M children (its next action is not sampled
-yet, so it is distributed exactly like a fresh child), and M - 1 copies are forked. Branches of a
-task advance in lockstep, so "every K turns" is every turn count that is a multiple of K.
+Here PATR is a controller of the shared tree loop (`jaxtree.rollout.tree`): at every turn
+boundary `decide` looks at the view of the forest, and the loop forks, stops and drops. A branch
+is a slot-engine episode; a child is a fork: the parent's cache rows are copied on device and its
+environment cloned, so the shared prefix is neither re-sent nor re-prefilled. The parent
+continues as the first of its M children (its next action is not sampled yet, so it is
+distributed exactly like a fresh child), and M - 1 copies are forked. Branches of a task advance
+in lockstep, so "every K turns" is every turn count that is a multiple of K.
 
 Choices the paper leaves open, stated:
   * E is the top `expand_top_k` scores of the active set, ties broken by branch age (the older
@@ -25,7 +27,8 @@ Choices the paper leaves open, stated:
     scoring points.
   * Budget: a tree holds at most `max_branches` branches. An expansion that would exceed it, or
     the engine's free slots, is refused and the branch survives (counted in `patr/refused`); the
-    rollout never fails for lack of room.
+    rollout never fails for lack of room. Pruned branches leave their slots before expansions
+    are placed (the loop applies stops first).
   * Group construction (§5.3, Table 4): `keep_all` keeps pruned branches in the group as
     negatives (the paper's default); `best_n` drops them, keeping only the branches that ended
     on their own. Group sizes vary in both; group-relative advantages use each group's own rows.
@@ -41,18 +44,17 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import defaultdict
 from typing import Sequence
 
 import jax
 import numpy as np
 
 from jaxtree.config import Section, between, one_of, option, positive, require
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.scorers import SCORERS
-from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             share_key, start_trees, tree_group_metrics)
-from jaxtree.rollout.trajectory import PRUNED, TrajectoryBatch
+from jaxtree.rollout.strategies.base import RolloutContext, register_tree_method, require_slots
+from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.rollout.tree import (Decision, Expand, ForestView, TreeController, TreeLog,
+                                  tree_rollout)
+from jaxtree.scorers import SCORERS, Scorer, build_scorer
 
 # PATR §5.1 Implementation Details (FrozenLake).
 PAPER_INITIAL_BRANCHES = 4
@@ -108,8 +110,8 @@ def trailing_repeats(actions: Sequence[str]) -> int:
     return count
 
 
-def decide(scores: Sequence[float], repeats: Sequence[int], settings: PatrConfig,
-           rng: np.random.Generator) -> tuple[list[int], list[int]]:
+def expand_and_prune(scores: Sequence[float], repeats: Sequence[int], settings: PatrConfig,
+                     rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """Alg. 1 lines 7-8 for one task's active branches, oldest first.
 
     Args:
@@ -137,97 +139,104 @@ def decide(scores: Sequence[float], repeats: Sequence[int], settings: PatrConfig
     return expand, prune
 
 
-def sample_patr(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                settings: PatrConfig, scorer, decisions: list | None = None
-                ) -> tuple[TrajectoryBatch, dict[str, float]]:
-    """One PATR tree per task (group g = task_ids[g]).
+def patr_decide(settings: PatrConfig, view: ForestView, state: None) -> tuple[Decision, None]:
+    """PATR's decision at one boundary: at each task's scoring point (its live branches have
+    played a positive multiple of K turns), Alg. 1 lines 6-10 on the active branches, oldest
+    first. Pruned branches are stopped (Keep-All) or dropped (Best-n)."""
+    expand, prune, records = [], [], []
+    for group in range(view.num_groups):
+        active = sorted((b for b in view.live(group)
+                         if b.num_turns > 0 and b.num_turns % settings.interval == 0),
+                        key=lambda b: b.episode_id)
+        if not active:
+            continue
+        scores = (view.scores(active) if settings.selection == "score"
+                  else np.zeros(len(active)))
+        repeats = [trailing_repeats(b.action_signatures) for b in active]
+        chosen, low = expand_and_prune(scores, repeats, settings, view.rng)
+        expand += [Expand(active[i].episode_id, settings.children - 1) for i in chosen]
+        prune += [active[i].episode_id for i in low]
+        records.append({
+            "group": group, "turn": active[0].num_turns,
+            "branches": [b.episode_id for b in active], "scores": list(map(float, scores)),
+            "repeats": repeats, "expanded": [active[i].episode_id for i in chosen],
+            "pruned": [active[i].episode_id for i in low],
+            "pruned_by_repeats": [active[i].episode_id for i in low
+                                  if repeats[i] >= settings.repeat_limit]})
+    dropped = settings.group == "best_n"
+    return Decision(stop=() if dropped else tuple(prune), discard=tuple(prune) if dropped else (),
+                    expand=tuple(expand), records=tuple(records)), state
 
-    Args:
-      engine: the slot engine (needs num_slots >= B0 x tasks).
-      decisions: when a list, every scoring point is appended to it as a dict (group, turn,
-        branch episode ids, scores, repeats, expanded and pruned ids, refused ids): the record a
-        test or a tree picture reads.
 
-    Returns:
-      (the groups' finished branches ordered by episode id, metrics under `patr/`).
-    """
-    choice_rng, branches = start_trees(engine, params, rng, task_ids, settings.initial_branches)
-    branches = defaultdict(int, branches)    # group -> branches in its tree
-    counts = defaultdict(float)
-    while engine.has_work:
-        engine.play_turn()
-        points = defaultdict(list)
-        for e in engine.live:
-            if e.num_turns % settings.interval == 0:
-                points[e.group_id].append(e)
-        for group in sorted(points):
-            active = sorted(points[group], key=lambda e: e.episode_id)
-            scores = (scorer(active) if settings.selection == "score"
-                      else np.zeros(len(active)))
-            repeats = [trailing_repeats([t.action_signature for t in e.turns]) for e in active]
-            expand, prune = decide(scores, repeats, settings, choice_rng)
-            refused = []
-            for i in expand:
-                extra = settings.children - 1
-                if branches[group] + extra > settings.max_branches or engine.free_slots < extra:
-                    refused.append(active[i].episode_id)
-                    continue
-                engine.fork(active[i].episode_id, extra)
-                branches[group] += extra
-            for i in prune:
-                engine.stop(active[i].episode_id)
-                counts["repeat" if repeats[i] >= settings.repeat_limit else "score"] += 1
-            counts["points"] += 1
-            counts["expanded"] += len(expand) - len(refused)
-            counts["refused"] += len(refused)
-            if decisions is not None:
-                decisions.append({
-                    "group": group, "turn": active[0].num_turns,
-                    "branches": [e.episode_id for e in active], "scores": list(map(float, scores)),
-                    "repeats": repeats, "expanded": [active[i].episode_id for i in expand],
-                    "pruned": [active[i].episode_id for i in prune], "refused": refused})
-    if settings.group == "best_n":
-        for episode_id in sorted(engine.finished):
-            if engine.records[episode_id].end_reason == PRUNED:
-                engine.discard(episode_id)
-    batch = engine.collect()
+def scoring_points(log: TreeLog) -> list[dict]:
+    """Every scoring point of a PATR session (group, turn, branch ids, scores, repeats,
+    expanded, pruned and refused ids): the record a test or a tree picture reads."""
+    points = []
+    for boundary in log.boundaries:
+        for record in boundary["records"]:
+            refused = [e for e in record["expanded"] if boundary["refused"].get(e)]
+            points.append({**record, "refused": refused})
+    return points
+
+
+def patr_metrics(log: TreeLog, batch: TrajectoryBatch, scorer: Scorer) -> dict[str, float]:
+    points = scoring_points(log)
+    repeat = sum(len(p["pruned_by_repeats"]) for p in points)
     metrics = {
-        **tree_group_metrics("patr", batch, branches, len(task_ids)),
-        "patr/scoring_points": counts["points"], "patr/expanded": counts["expanded"],
-        "patr/refused": counts["refused"], "patr/pruned_score": counts["score"],
-        "patr/pruned_repeat": counts["repeat"],
+        **log.group_metrics("patr", batch),
+        "patr/scoring_points": float(len(points)),
+        "patr/expanded": float(sum(len(p["expanded"]) - len(p["refused"]) for p in points)),
+        "patr/refused": float(sum(len(p["refused"]) for p in points)),
+        "patr/pruned_score": float(sum(len(p["pruned"]) for p in points) - repeat),
+        "patr/pruned_repeat": float(repeat),
     }
-    return batch, metrics
+    # A scorer with its own counts (the HTTP judge's requests, failures and fallbacks since the
+    # previous step) reports them with the tree's metrics.
+    metrics.update({f"patr/judge_{name}": float(count)
+                    for name, count in scorer.metrics().items()})
+    return metrics
 
 
-@STRATEGIES.register("patr", PatrConfig)
-class Patr:
+def patr_controller(settings: PatrConfig, scorer) -> TreeController:
+    """PATR (or Tree-Random) as a tree controller scoring with `scorer` (episodes -> scores)."""
+    scorer = scorer if isinstance(scorer, Scorer) else Scorer(settings.scorer, scorer)
+    return TreeController(
+        roots=settings.initial_branches,
+        decide=lambda view, state: patr_decide(settings, view, state),
+        max_branches=settings.max_branches, scorer=scorer,
+        metrics=lambda batch, log: patr_metrics(log, batch, scorer),
+        summed_metrics=("patr/scoring_points", "patr/expanded", "patr/refused", "patr/pruned_",
+                        "patr/judge_"))
+
+
+def sample_patr(engine, params, rng: jax.Array, task_ids: Sequence[int], settings: PatrConfig,
+                scorer, decisions: list | None = None) -> tuple[TrajectoryBatch, dict]:
+    """One PATR tree per task (group g = task_ids[g]) on `engine` (needs num_slots >= B0 x
+    tasks); `decisions`, when a list, receives every scoring point (`scoring_points`).
+
+    Returns (the groups' finished branches ordered by episode id, metrics under `patr/`)."""
+    controller = patr_controller(settings, scorer)
+    batch, log = tree_rollout(engine, params, rng, task_ids, controller)
+    if decisions is not None:
+        decisions.extend(scoring_points(log))
+    return batch, controller.metrics(batch, log)
+
+
+def _patr_reads(settings: PatrConfig) -> tuple[str, ...]:
+    """The repeat rule reads action signatures; the scorer may read more."""
+    scorer = SCORERS.part(settings.scorer)
+    return ("action_signature",) + scorer.labels_read(settings.part_settings(settings.scorer))
+
+
+def _check_slots(settings: PatrConfig, stage) -> None:
+    """Slots to start every task's B0 branches at once."""
+    require_slots(stage, settings.initial_branches * stage.groups_per_step)
+
+
+@register_tree_method("patr", PatrConfig, reads=_patr_reads, check=_check_slots)
+def patr(settings: PatrConfig, context: RolloutContext) -> TreeController:
     """PATR's process-scored adaptive tree over turns (Alg. 1), or Tree-Random with
     `selection='random'`; branches fork on device (copied cache rows, cloned environment)."""
-
-    @staticmethod
-    def check_stage(settings: PatrConfig, stage) -> None:
-        """Slots to start every task's B0 branches at once."""
-        require_slots(stage, settings.initial_branches * stage.groups_per_step)
-
-    def __init__(self, settings: PatrConfig, context: RolloutContext):
-        self.settings = settings
-        self.scorer = SCORERS.build(settings.scorer, settings.part_settings(settings.scorer))
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
-
-    share_sums = ("patr/scoring_points", "patr/expanded", "patr/refused", "patr/pruned_",
-                  "patr/judge_")
-
-    def sample(self, params, rng: jax.Array, tasks: Sequence[int], step: int, *,
-               first_group: int = 0) -> tuple[TrajectoryBatch, dict[str, float]]:
-        del step
-        batch, metrics = sample_patr(self.engine, params, share_key(rng, first_group), tasks,
-                                     self.settings, self.scorer)
-        # A scorer with its own counts (the HTTP judge's requests, failures and fallbacks since
-        # the previous step) reports them with the tree's metrics.
-        scorer_metrics = getattr(self.scorer, "metrics", None)
-        scorer_counts = scorer_metrics() if scorer_metrics is not None else {}
-        metrics.update({f"patr/judge_{name}": float(count)
-                        for name, count in scorer_counts.items()})
-        return batch, {**metrics, **self.engine.stats.metrics()}
+    del context
+    return patr_controller(settings, build_scorer(settings.scorer,
+                                                  settings.part_settings(settings.scorer)))

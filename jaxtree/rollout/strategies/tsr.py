@@ -28,21 +28,24 @@ share more prefixes).
 
 Ranking: `ranking="accumulated"` (default) sums S over the trajectory's turns; `"last"` uses the
 newest turn's S only. Ties go to the earlier candidate.
+
+All three are controllers of the shared tree loop (`jaxtree.rollout.tree`): best-of-N drops the
+losers once a task's N episodes have ended; beam search keeps its ranked beams as the
+controller's state, forks candidates, probes them (lookahead) and drops the losers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from typing import Sequence
 
 import jax
 
 from jaxtree.config import Section, between, one_of, option, positive, require
-from jaxtree.rollout.engine import SlotEngine
-from jaxtree.rollout.strategies.base import (STRATEGIES, RolloutContext, require_slots,
-                                             share_key)
+from jaxtree.rollout.strategies.base import RolloutContext, register_tree_method, require_slots
 from jaxtree.rollout.trajectory import TrajectoryBatch
+from jaxtree.rollout.tree import (Branch, Decision, Expand, ForestView, TreeController, TreeLog,
+                                  tree_rollout, turn_label)
 
 # TSR §4.2 (N = 28 -> L = 16, M = 4, B = 2, D = 2).
 PAPER_CANDIDATES = 28
@@ -90,202 +93,188 @@ def top_indices(scores: Sequence[float], count: int) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:count]
 
 
-def _returns(engine: SlotEngine, episode_id: int) -> float:
-    return float(sum(t.reward for t in engine.episodes[episode_id].turns))
+# ----------------------------------------------------------------------------- best-of-N
+
+def best_of_n_decide(group_size: int, view: ForestView, state: None) -> tuple[Decision, None]:
+    """Once every episode of a task has ended, the `group_size` best by return stay (Eq. 4;
+    ties: the earlier episode) and the others are dropped."""
+    discard = []
+    for group in range(view.num_groups):
+        episodes = sorted(view.of_group(group), key=lambda b: b.episode_id)
+        if len(episodes) > group_size and all(b.finished for b in episodes):
+            kept = set(top_indices([b.returns for b in episodes], group_size))
+            discard += [b.episode_id for i, b in enumerate(episodes) if i not in kept]
+    return Decision(discard=tuple(discard)), state
 
 
-def sample_best_of_n(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                     group_size: int, candidates: int,
-                     first_group: int = 0) -> tuple[TrajectoryBatch, dict]:
-    """N episodes per task, the `group_size` with the highest return kept (Eq. 4); candidate j
-    of group g samples with the keys of episode (first_group + g) x N + j."""
+def best_of_n_controller(group_size: int, candidates: int) -> TreeController:
+    """N independent episodes per task (keyed step-wide), the `group_size` best kept."""
     if candidates < group_size:
         raise ValueError(f"best_of_n.candidates={candidates} is below the group size "
                          f"{group_size}")
-    engine.begin(params, rng, key_offset=first_group * candidates)
-    groups = [[engine.add_episode(task, group_id=g) for _ in range(candidates)]
-              for g, task in enumerate(task_ids)]
-    engine.run()
-    for episodes in groups:
-        kept = set(top_indices([_returns(engine, e) for e in episodes], group_size))
-        for i, e in enumerate(episodes):
-            if i not in kept:
-                engine.discard(e)
-    return engine.collect(), {"tsr/candidates": float(candidates * len(task_ids))}
+    return TreeController(
+        roots=candidates,
+        decide=lambda view, state: best_of_n_decide(group_size, view, state),
+        keys_per_group=candidates, queue_roots=True,
+        metrics=lambda batch, log: {"tsr/candidates": float(sum(log.started.values()))},
+        summed_metrics=("tsr/",))
 
 
-def _ranked_score(turns, ranking: str) -> float:
-    """The turns' scores summed ("accumulated") or the newest one ("last"); 0 for no turns."""
+def sample_best_of_n(engine, params, rng: jax.Array, task_ids: Sequence[int], group_size: int,
+                     candidates: int, first_group: int = 0) -> tuple[TrajectoryBatch, dict]:
+    """N episodes per task, the `group_size` with the highest return kept (Eq. 4); candidate j
+    of group g samples with the keys of episode (first_group + g) x N + j."""
+    controller = best_of_n_controller(group_size, candidates)
+    batch, log = tree_rollout(engine, params, rng, task_ids, controller,
+                              first_group=first_group)
+    return batch, controller.metrics(batch, log)
+
+
+# ----------------------------------------------------------------------------- beam search
+
+def ranked_score(turns, ranking: str) -> float:
+    """The turns' scores (the `turn_score` label) summed ("accumulated") or the newest one
+    ("last"); 0 for no turns."""
     if not turns:
         return 0.0
-    return float(sum(t.turn_score for t in turns) if ranking == "accumulated"
-                 else turns[-1].turn_score)
+    scores = [turn_label(turn, "turn_score") for turn in turns]
+    return float(sum(scores) if ranking == "accumulated" else scores[-1])
 
 
-def _score(engine: SlotEngine, episode_id: int, ranking: str) -> float:
-    return _ranked_score(engine.episodes[episode_id].turns, ranking)
+@dataclasses.dataclass(frozen=True)
+class BeamState:
+    """A beam search's memory between boundaries, per search (its root's episode id): the live
+    beams it kept, best first, and its ended kept candidates in the order they were kept."""
+
+    beams: dict[int, tuple[int, ...]]
+    final: dict[int, tuple[int, ...]]
 
 
-def _remove(engine: SlotEngine, episode_id: int) -> None:
-    """Takes a candidate out of the rollout: stops it if live, then drops its record."""
-    if not engine.episodes[episode_id].finished:
-        engine.stop(episode_id)
-    engine.discard(episode_id)
+def _candidates(view: ForestView, state: BeamState) -> dict[int, list[Branch]]:
+    """Each search's candidates: each kept beam (best first) followed by the copies it forked
+    at the previous boundary."""
+    by_id = {b.episode_id: b for b in view.branches}
+    children: dict[int, list[Branch]] = {}
+    for b in view.branches:
+        if b.born == view.step - 1 and b.parent in by_id:
+            children.setdefault(b.parent, []).append(b)
+    return {search: [c for beam in beams for c in [by_id[beam]] + sorted(
+                children.get(beam, []), key=lambda b: b.episode_id)]
+            for search, beams in state.beams.items()}
 
 
-def sample_beam(engine: SlotEngine, params, rng: jax.Array, task_ids: Sequence[int],
-                group_size: int, settings: BeamConfig, log: list | None = None
-                ) -> tuple[TrajectoryBatch, dict]:
-    """Beam searches (or lookahead searches, depth > 0) for every task; see the module docstring.
+def beam_decide(settings: BeamConfig, width: int, keep: int, view: ForestView,
+                state: BeamState | None) -> tuple[Decision, BeamState]:
+    """One boundary of the searches: probe the live candidates (lookahead), then rank each
+    search's candidates by score (+ lookahead score), drop those not kept, choose the final
+    trajectories of a search with no live beam left, and fork the kept live beams into M
+    candidates each for the next turn."""
+    if state is None:   # before the first turn: every search is its root
+        roots = sorted(b.episode_id for b in view.branches)
+        state = BeamState({r: (r,) for r in roots}, {r: () for r in roots})
+    candidates = _candidates(view, state) if view.step > 0 else {
+        search: [b for b in view.branches if b.episode_id == search] for search in state.beams}
+    if view.step > 0 and settings.depth and not view.probes:
+        live = [c.episode_id for ids in candidates.values() for c in ids if not c.finished]
+        if live:
+            return Decision(probe=tuple(live)), state
+    discard, records, beams, final = [], [], {}, dict(state.final)
+    for search, ids in candidates.items():
+        if not ids:        # a search that has ended
+            continue
+        if view.step > 0:
+            scores = [ranked_score(c.turns, settings.ranking) + sum(
+                ranked_score(p.turns, settings.ranking) for p in view.probes.get(c.episode_id, ()))
+                for c in ids]
+            kept = [ids[i] for i in top_indices(scores, width)]
+            records.append({"search": search, "turn": ids[0].num_turns,
+                            "candidates": [c.episode_id for c in ids], "scores": scores,
+                            "kept": [c.episode_id for c in kept]})
+            discard += [c.episode_id for c in ids if c not in kept]
+            final[search] += tuple(c.episode_id for c in kept if c.finished)
+            ids = kept
+        beams[search] = tuple(c.episode_id for c in ids if not c.finished)
+        if not beams[search] and final[search]:
+            by_id = {b.episode_id: b for b in view.branches}
+            ended = final[search]
+            scores = [ranked_score(by_id[e].turns, settings.ranking) for e in ended]
+            chosen = [ended[i] for i in top_indices(scores, keep)]
+            records.append({"search": search, "final": list(ended), "chosen": chosen})
+            discard += [e for e in ended if e not in chosen]
+            final[search] = ()
+    expand = tuple(Expand(beam, settings.branching - 1)
+                   for live in beams.values() for beam in live)
+    return (Decision(discard=tuple(discard), expand=expand, records=tuple(records)),
+            BeamState(beams, final))
 
-    Args:
-      log: when a list, every ranking is appended as a dict (search, turn, candidate ids, their
-        scores, kept ids), and every search's result as {"search", "final": ids, "chosen": ids}.
 
-    Returns:
-      (the chosen trajectories, group g = task_ids[g], ordered by episode id; metrics under
-      `tsr/`).
-    """
-    searches_per_task = group_size if settings.per_group == "searches" else 1
+def beam_metrics(log: TreeLog) -> dict[str, float]:
+    return {"tsr/candidates": float(sum(len(r["candidates"]) for r in log.records
+                                        if "candidates" in r)),
+            "tsr/lookahead_turns": float(log.probe_turns)}
+
+
+def beam_controller(settings: BeamConfig, group_size: int) -> TreeController:
+    """Beam searches (lookahead searches with depth > 0) per the module docstring."""
+    searches = group_size if settings.per_group == "searches" else 1
     width = settings.beams if settings.per_group == "searches" else max(settings.beams,
                                                                          group_size)
-    keep_per_search = 1 if settings.per_group == "searches" else group_size
-    engine.begin(params, rng)
-    engine.score_turns = True
-    beams: dict[int, list[int]] = {}                    # search -> live beam ids
-    final: dict[int, list[int]] = defaultdict(list)     # search -> ended kept candidates
-    search_group = {}
-    for g, task in enumerate(task_ids):
-        for _ in range(searches_per_task):
-            search = len(search_group)
-            search_group[search] = g
-            beams[search] = [engine.add_episode(task, group_id=g)]
-    engine.start_queued()
-    counts = defaultdict(float)
-    while any(beams.values()):
-        candidates: dict[int, list[int]] = {}
-        for search, live in beams.items():
-            candidates[search] = []
-            for beam in live:
-                extra = settings.branching - 1
-                if engine.free_slots < extra:
-                    raise ValueError(
-                        f"rollout.num_slots={engine.rollout.num_slots} cannot hold the "
-                        f"candidates: {len(task_ids)} tasks x {searches_per_task} searches x "
-                        f"{width} beams x {settings.branching} candidates (+ lookahead copies)")
-                candidates[search] += [beam] + engine.fork(beam, extra)
-        engine.play_turn()
-        counts["candidates"] += sum(len(c) for c in candidates.values())
-        lookahead_scores = _look_ahead(engine, candidates, settings, counts)
-        beams = {}
-        for search, ids in candidates.items():
-            scores = [_score(engine, e, settings.ranking) + lookahead_scores.get(e, 0.0)
-                      for e in ids]
-            kept = [ids[i] for i in top_indices(scores, width)]
-            if log is not None:
-                log.append({"search": search, "turn": engine.episodes[ids[0]].num_turns,
-                            "candidates": list(ids), "scores": scores, "kept": kept})
-            for e in ids:
-                if e not in kept:
-                    _remove(engine, e)
-            final[search] += [e for e in kept if engine.episodes[e].finished]
-            beams[search] = [e for e in kept if not engine.episodes[e].finished]
-    for search, ended in final.items():
-        scores = [_score(engine, e, settings.ranking) for e in ended]
-        chosen = [ended[i] for i in top_indices(scores, keep_per_search)]
-        if log is not None:
-            log.append({"search": search, "final": list(ended), "chosen": chosen})
-        for e in ended:
-            if e not in chosen:
-                engine.discard(e)
-    engine.score_turns = False
-    return engine.collect(), {"tsr/candidates": counts["candidates"],
-                              "tsr/lookahead_turns": counts["lookahead_turns"]}
+    keep = 1 if settings.per_group == "searches" else group_size
+    return TreeController(
+        roots=searches,
+        decide=lambda view, state: beam_decide(settings, width, keep, view, state),
+        probe_copies=1, probe_depth=settings.depth or None,
+        metrics=lambda batch, log: beam_metrics(log), summed_metrics=("tsr/",))
 
 
-def _look_ahead(engine: SlotEngine, candidates: dict[int, list[int]], settings: BeamConfig,
-                counts) -> dict[int, float]:
-    """Each live candidate's lookahead score: the turn scores of a copy that plays up to
-    `depth` more turns while the candidates sit out; the copies are discarded."""
-    if settings.depth == 0:
-        return {}
-    live = [e for ids in candidates.values() for e in ids if not engine.episodes[e].finished]
-    if engine.free_slots < len(live):
-        raise ValueError(f"rollout.num_slots={engine.rollout.num_slots} cannot hold a lookahead "
-                         f"copy of each of {len(live)} candidates")
-    copy_of = {engine.fork(e, 1)[0]: e for e in live}
-    start = {c: engine.episodes[c].num_turns for c in copy_of}
-    engine.held = set(live)
-    for _ in range(settings.depth):
-        if all(engine.episodes[c].finished for c in copy_of):
-            break
-        engine.play_turn()
-    engine.held = set()
-    scores = {}
-    for copy, candidate in copy_of.items():
-        turns = engine.episodes[copy].turns[start[copy]:]
-        counts["lookahead_turns"] += len(turns)
-        scores[candidate] = _ranked_score(turns, settings.ranking)
-        _remove(engine, copy)
-    return scores
+def sample_beam(engine, params, rng: jax.Array, task_ids: Sequence[int], group_size: int,
+                settings: BeamConfig, log: list | None = None) -> tuple[TrajectoryBatch, dict]:
+    """Beam searches (or lookahead searches, depth > 0) for every task; see the module
+    docstring. `engine` records the `turn_score` label. `log`, when a list, receives every
+    ranking (search, turn, candidate ids, their scores, kept ids) and every search's result
+    ({"search", "final": ids, "chosen": ids}).
+
+    Returns (the chosen trajectories, group g = task_ids[g], ordered by episode id; metrics
+    under `tsr/`)."""
+    controller = beam_controller(settings, group_size)
+    batch, tree_log = tree_rollout(engine, params, rng, task_ids, controller)
+    if log is not None:
+        log.extend(tree_log.records)
+    return batch, controller.metrics(batch, tree_log)
 
 
-@STRATEGIES.register("best_of_n", BestOfNConfig)
-class BestOfN:
+# ----------------------------------------------------------------------------- registration
+
+def _check_best_of_n(settings: BestOfNConfig, stage) -> None:
+    """N must cover the group (episodes queue, so any number of slots will do)."""
+    require(settings.candidates >= stage.group_size, "rollout.best_of_n.candidates",
+            f"{settings.candidates} is below rollout.group_size={stage.group_size}")
+
+
+def _check_search_slots(settings: BeamConfig, stage) -> None:
+    """Slots for every search's candidates at once, plus a lookahead copy of each."""
+    if settings.per_group == "searches":
+        live = stage.group_size * settings.beams * settings.branching
+    else:
+        live = max(settings.beams, stage.group_size) * settings.branching
+    require_slots(stage, stage.groups_per_step * live * (2 if settings.depth else 1))
+
+
+@register_tree_method("best_of_n", BestOfNConfig, check=_check_best_of_n)
+def best_of_n(settings: BestOfNConfig, context: RolloutContext) -> TreeController:
     """TSR best-of-N: N complete episodes per task, the group_size best by return kept."""
-
-    @staticmethod
-    def check_stage(settings: BestOfNConfig, stage) -> None:
-        """N must cover the group (episodes queue, so any number of slots will do)."""
-        require(settings.candidates >= stage.group_size, "rollout.best_of_n.candidates",
-                f"{settings.candidates} is below rollout.group_size={stage.group_size}")
-
-    def __init__(self, settings: BestOfNConfig, context: RolloutContext):
-        self.settings = settings
-        self.group_size = context.group_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
-
-    share_sums = ("tsr/",)
-
-    def sample(self, params, rng, tasks, step, *, first_group: int = 0):
-        del step
-        batch, metrics = sample_best_of_n(self.engine, params, rng, tasks, self.group_size,
-                                          self.settings.candidates, first_group)
-        return batch, {**metrics, **self.engine.stats.metrics()}
+    return best_of_n_controller(context.group_size, settings.candidates)
 
 
-class _Search:
-    def __init__(self, settings: BeamConfig, context: RolloutContext):
-        self.settings = settings
-        self.group_size = context.group_size
-        self.engine = SlotEngine(context.model_config, context.tokenizer, context.make_env,
-                                 context.rollout)
-
-    @staticmethod
-    def check_stage(settings: BeamConfig, stage) -> None:
-        """Slots for every search's candidates at once, plus a lookahead copy of each."""
-        if settings.per_group == "searches":
-            live = stage.group_size * settings.beams * settings.branching
-        else:
-            live = max(settings.beams, stage.group_size) * settings.branching
-        require_slots(stage, stage.groups_per_step * live * (2 if settings.depth else 1))
-
-    share_sums = ("tsr/",)
-
-    def sample(self, params, rng, tasks, step, *, first_group: int = 0):
-        del step
-        batch, metrics = sample_beam(self.engine, params, share_key(rng, first_group), tasks,
-                                     self.group_size, self.settings)
-        return batch, {**metrics, **self.engine.stats.metrics()}
-
-
-@STRATEGIES.register("beam", BeamConfig)
-class Beam(_Search):
+@register_tree_method("beam", BeamConfig, reads=("turn_score",), check=_check_search_slots)
+def beam(settings: BeamConfig, context: RolloutContext) -> TreeController:
     """TSR per-turn beam search: B beams x M candidates per turn, ranked by turn scores."""
+    return beam_controller(settings, context.group_size)
 
 
-@STRATEGIES.register("lookahead", LookaheadConfig)
-class Lookahead(_Search):
+@register_tree_method("lookahead", LookaheadConfig, reads=("turn_score",),
+                      check=_check_search_slots)
+def lookahead(settings: LookaheadConfig, context: RolloutContext) -> TreeController:
     """TSR shallow lookahead: beam search whose candidates are ranked after a D-step
     continuation on a discarded copy."""
+    return beam_controller(settings, context.group_size)

@@ -1,4 +1,4 @@
-"""Digests of short fixed toy runs, one per registered rollout strategy and advantage: what the
+"""Digests of short fixed toy runs that cover every registered rollout strategy and advantage: what the
 pipeline computes, recorded so that a change that means to keep the numbers can prove it did.
 
 Each case is the toy experiment (tests/toy_run.py) with a few overrides, trained for STEPS steps
@@ -39,33 +39,39 @@ _COUNTDOWN = {
     "train.micro_batch_size": 4,
 }
 
+# Each registered rollout strategy paired with an advantage (and reward terms and filters) so
+# that every strategy and every advantage runs in some case.
 CASES: dict[str, dict] = {
-    # rollout strategies (GRPO advantages)
-    "independent": {},
-    "latr": {**_COUNTDOWN, "rollout.strategy": "latr", "rollout.latr.windows": (4, 8)},
-    "mc_values": {"rollout.strategy": "mc_values", "rollout.mc_values.continuations": 2,
-                  "reward.terms": ("mc_process",), "advantage.name": "vpr"},
-    "patr": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
-             "rollout.patr.interval": 1, "rollout.patr.expand_top_k": 1,
-             "rollout.patr.max_branches": 4, "rollout.num_slots": 12},
-    "patr_random_best_n": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
-                           "rollout.patr.interval": 1, "rollout.patr.max_branches": 4,
-                           "rollout.patr.selection": "random", "rollout.patr.group": "best_n",
-                           "rollout.patr.repeat_limit": 2, "rollout.num_slots": 12},
-    "arpo": {"rollout.strategy": "arpo", "rollout.arpo.initial_branches": 2,
-             "rollout.arpo.max_branches": 4, "rollout.num_slots": 12},
-    "best_of_n": {"rollout.strategy": "best_of_n", "rollout.best_of_n.candidates": 3},
-    "beam": {"rollout.strategy": "beam", "rollout.beam.beams": 1, "rollout.beam.branching": 2},
-    "lookahead": {"rollout.strategy": "lookahead", "rollout.lookahead.beams": 1,
-                  "rollout.lookahead.branching": 2, "rollout.lookahead.depth": 1,
-                  "rollout.num_slots": 16},
-    # advantages (independent rollouts)
-    "drgrpo": {"advantage.name": "drgrpo", "loss.aggregation": "seq-sum"},
-    "rloo": {"advantage.name": "rloo"},
-    "grpo_step": {"advantage.name": "grpo_step", "reward.terms": ("outcome", "step_validity")},
-    "vpr": {"advantage.name": "vpr", "reward.terms": ("verifier",)},
-    "rtmc": {"advantage.name": "rtmc", "reward.terms": ("outcome", "step_validity")},
-    "gigpo": {"advantage.name": "gigpo", "reward.terms": ("outcome", "step_validity")},
+    "independent_grpo": {},
+    "latr_grpo": {**_COUNTDOWN, "rollout.strategy": "latr", "rollout.latr.windows": (4, 8)},
+    "mc_values_vpr": {"rollout.strategy": "mc_values", "rollout.mc_values.continuations": 2,
+                      "reward.terms": ("mc_process",), "advantage.name": "vpr"},
+    "patr_rtmc": {"rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
+                  "rollout.patr.interval": 1, "rollout.patr.expand_top_k": 1,
+                  "rollout.patr.max_branches": 4, "rollout.num_slots": 12,
+                  "reward.terms": ("outcome", "step_validity", "validation_bonus"),
+                  "advantage.name": "rtmc"},
+    "tree_random_best_n_gigpo": {
+        "rollout.strategy": "patr", "rollout.patr.initial_branches": 2,
+        "rollout.patr.interval": 1, "rollout.patr.max_branches": 4,
+        "rollout.patr.selection": "random", "rollout.patr.group": "best_n",
+        "rollout.patr.repeat_limit": 2, "rollout.num_slots": 12,
+        "reward.terms": ("outcome", "step_validity"), "advantage.name": "gigpo"},
+    "arpo_grpo_step": {"rollout.strategy": "arpo", "rollout.arpo.initial_branches": 2,
+                       "rollout.arpo.max_branches": 4, "rollout.num_slots": 12,
+                       "reward.terms": ("outcome", "step_validity"),
+                       "advantage.name": "grpo_step", "filter.name": "dynamic_sampling",
+                       "filter.dynamic_sampling.max_rounds": 2},
+    "best_of_n_rloo": {"rollout.strategy": "best_of_n", "rollout.best_of_n.candidates": 3,
+                       "reward.terms": ("outcome", "format_penalty"), "advantage.name": "rloo"},
+    "beam_drgrpo": {"rollout.strategy": "beam", "rollout.beam.beams": 1,
+                    "rollout.beam.branching": 2, "advantage.name": "drgrpo",
+                    "loss.aggregation": "seq-sum", "filter.name": "top_std",
+                    "filter.top_std.keep_fraction": 0.5},
+    "lookahead_vpr": {"rollout.strategy": "lookahead", "rollout.lookahead.beams": 1,
+                      "rollout.lookahead.branching": 2, "rollout.lookahead.depth": 1,
+                      "rollout.num_slots": 16, "reward.terms": ("verifier",),
+                      "advantage.name": "vpr"},
 }
 
 

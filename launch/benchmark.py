@@ -49,6 +49,9 @@ _SLOTS = flags.DEFINE_list("slots", ["64", "256"], "rollout: slot counts.")
 _ROLLOUT_EPISODES = flags.DEFINE_integer("rollout_episodes", 512, "rollout: episodes per run.")
 _ENV = flags.DEFINE_string("env", "frozen_lake", "rollout: environment.")
 _ACTION_TOKENS = flags.DEFINE_integer("action_tokens", 8, "rollout: tokens per action.")
+_LABEL_SETS = flags.DEFINE_list("labels", ["read"], "rollout: per-turn labels recorded, 'read' "
+                                "(none: a GRPO experiment's) and/or 'every' (the six every turn "
+                                "recorded before labels were declared).")
 _ENV_OPTIONS = flags.DEFINE_string("env_options", '{"style": "compact"}',
                                    "mc_values, trees: the environment's options (JSON object).")
 _TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minibatch.")
@@ -115,8 +118,11 @@ def main(argv):
     elif name == "rollout":
         from launch.benchmarks import rollout  # noqa: PLC0415
 
+        unknown = [name for name in _LABEL_SETS.value if name not in rollout.LABEL_SETS]
+        if unknown:
+            fail(f"--labels: {unknown[0]!r} is not one of {tuple(rollout.LABEL_SETS)}")
         rollout.run([int(s) for s in _SLOTS.value], _ROLLOUT_EPISODES.value, _ENV.value,
-                    _ACTION_TOKENS.value, output)
+                    _ACTION_TOKENS.value, output, _LABEL_SETS.value, _REPEATS.value)
     elif name == "train":
         from launch.benchmarks import train  # noqa: PLC0415
 

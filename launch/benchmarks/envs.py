@@ -10,6 +10,12 @@ medians: mini-SWE's test runs are a minority of its steps but most of its time) 
 that time spent in the environment's subprocesses (`info["subprocess_seconds"]`: mini-SWE's
 sandboxed test runs; 0 for the others).
 
+Labels: what recording a turn's labels adds to its host time, `labels` microseconds per turn for
+the six labels every turn recorded before labels were declared (`rollout.LABEL_SETS["every"]`:
+verdict, process score, state and action signatures, anchor, validation) and `labels share` =
+labels / (step + labels) summed over the turns: the host time of a turn an experiment that reads
+none of them saves.
+
 Reference policies: the success rate of the oracle and of uniformly random legal actions over
 `policy_seeds` seeds (seeds 0..n-1).
 """
@@ -23,8 +29,11 @@ import time
 import numpy as np
 
 import environments
+from jaxtree.rollout.labels import TurnLabeler
+from jaxtree.rollout.signatures import signature_function
 from jaxtree.utils import print_table
 from launch.benchmarks.common import write_json
+from launch.benchmarks.rollout import LABEL_SETS
 
 CONFIGS = [
     ("frozen_lake", {}),
@@ -49,8 +58,9 @@ def _timed(fn) -> tuple[float, object]:
 def measure(name: str, options: dict, episodes: int) -> dict:
     times: dict[str, list[float]] = {k: [] for k in
                                      ("reset", "step", "clone", "deepcopy", "verify", "oracle",
-                                      "process_score")}
+                                      "process_score", "labels")}
     subprocess_seconds = 0.0
+    labeler = TurnLabeler(LABEL_SETS["every"], signature_function("env"))
     env = environments.make(name, **options)
     for seed in range(episodes):
         t, _ = _timed(lambda: env.reset(seed))
@@ -63,13 +73,17 @@ def measure(name: str, options: dict, episodes: int) -> dict:
             times["clone"].append(_timed(env.clone)[0])
             times["deepcopy"].append(_timed(lambda: copy.deepcopy(env))[0])
             text = env.answer_text(action)
+            before, _ = _timed(lambda: labeler.before_step(env, action, ()))
             t, (_, _, _, info) = _timed(lambda: env.step(text))
             times["step"].append(t)
+            times["labels"].append(before + _timed(
+                lambda: labeler.after_step(env, action, info, ()))[0])
             subprocess_seconds += float(info.get("subprocess_seconds") or 0.0)
     medians = {k: statistics.median(v) for k, v in times.items()}
     step_seconds = sum(times["step"]) / 1e6
     medians["turns_per_s"] = len(times["step"]) / step_seconds
     medians["subprocess_share"] = subprocess_seconds / step_seconds
+    medians["labels_share"] = sum(times["labels"]) / (sum(times["labels"]) + sum(times["step"]))
     medians["deepcopy_over_clone"] = medians["deepcopy"] / medians["clone"]
     medians["states"] = len(times["step"])
     return medians
@@ -100,14 +114,15 @@ def run(episodes: int, policy_seeds: int, output: str) -> None:
         results.append({"environment": name, "options": options, **m})
         rows.append([label, m["states"], m["reset"], m["step"], m["clone"], m["deepcopy"],
                      f"{m['deepcopy_over_clone']:.1f}x", m["verify"], m["oracle"],
-                     m["process_score"], m["turns_per_s"], f"{m['subprocess_share']:.0%}",
+                     m["process_score"], m["labels"], f"{m['labels_share']:.1%}",
+                     m["turns_per_s"], f"{m['subprocess_share']:.0%}",
                      f"{m['oracle_success']:.1%}", f"{m['random_success']:.1%}"])
         print(f"  {label}: done", flush=True)
     print(f"\nenvironments: median microseconds per call over the states of {episodes} "
           f"oracle-played episodes each; success rates over seeds 0-{policy_seeds - 1}")
     table = print_table(["environment", "states", "reset", "step", "clone", "deepcopy",
-                         "deepcopy/clone", "verify", "oracle", "process_score",
-                         "oracle turns/s", "in subprocesses", "oracle success",
+                         "deepcopy/clone", "verify", "oracle", "process_score", "labels",
+                         "labels share", "oracle turns/s", "in subprocesses", "oracle success",
                          "random success"], rows)
     write_json(output, {"benchmark": "envs", "episodes": episodes, "policy_seeds": policy_seeds,
                         "results": results, "table": table})

@@ -61,8 +61,11 @@ Method queries
                  far and D the largest finite distance on the map, so d(s) / D is in [0, 1]. It is
                  1 on the goal and 0 in a hole. Before the goal R holds only format penalties, so
                  malformed answers lower the score.
-  turn_score(a)  TSR Eq. 10: S(s, a) = -Manhattan(s', G) - λ·1[s' is a hole], s' the next cell;
-                 on a slippery lake its expectation under gymnasium's transition probabilities.
+  turn_score(a)  TSR Eq. 10: S(s, a) = -Manhattan(s', G) - λ·1[s' is a hole], s' the next cell:
+                 on a slippery lake the cell the move actually reaches, o_t (TSR scores the
+                 action "along with its outcome o_t"): the slip is drawn from a copy of the lake's
+                 generator, so it is the slip the next step(a) takes; `turn_score="expected"`
+                 scores its expectation under gymnasium's transition probabilities instead.
                  Malformed text (a = None, or any value that is not an action 0-3, see
                  environments/base.py) leaves the agent in place and costs the format penalty:
                  -Manhattan(s, G) + format_penalty, ranked below staying in place by a legal move.
@@ -78,6 +81,8 @@ Parameters (defaults and sources)
                      probabilities differ by multiples of 1/3 while expected distances still differ
                      by at most 2, so λ > 6 is needed. 10 satisfies both.
   max_steps=10       PATR §5.1: at most 10 turns on FrozenLake (TSR trains with 5).
+  turn_score="realized"  TSR Eq. 10 on the outcome that happened ("realized") or its expectation
+                     over slips ("expected"); the same on a deterministic lake.
   format_penalty=-0.1  RAGEN/TSR's penalty for a malformed answer.
   desc=None          a fixed map (see Maps) instead of generated ones.
   style="chat"       "chat" or "compact" (see environments/base.py).
@@ -93,10 +98,11 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
-from environments.base import TextEnv, is_int
+from environments.base import TextEnv, copy_generator, is_int
 
 #: Canonical action texts, indexed by gymnasium's action index.
 ACTIONS = ("Left", "Down", "Right", "Up")
+TURN_SCORES = ("realized", "expected")
 _ACTION_INDEX = {word.lower(): index for index, word in enumerate(ACTIONS)}
 #: (row, column) offset of each action's intended move.
 _MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))
@@ -133,6 +139,17 @@ class Lake:
     expected_manhattan: tuple[tuple[float, ...], ...]  # [cell][action]: E Manhattan(s', goal)
     hole_probability: tuple[tuple[float, ...], ...]  # [cell][action]: P(s' is a hole)
     shortest_moves: tuple[tuple[int, ...], ...]  # [cell]: actions verify() accepts, oracle first
+
+
+def _draw_outcome(outcomes: list, rng: np.random.Generator) -> int:
+    """Index of one of gymnasium's (probability, next, reward, terminated) outcomes, drawn by
+    probability with one uniform of `rng`."""
+    u = rng.random()
+    for index, (probability, *_) in enumerate(outcomes):
+        u -= probability
+        if u < 0:
+            return index
+    return len(outcomes) - 1  # u was within rounding of 1
 
 
 def _build_lake(desc: Sequence[str], slippery: bool) -> Lake:
@@ -232,10 +249,14 @@ class FrozenLake(TextEnv):
 
     def __init__(self, *, style: str = "chat", size: int = 4, frozen_prob: float = 0.8,
                  slippery: bool = False, hole_penalty: float = 10.0, max_steps: int = 10,
-                 format_penalty: float = -0.1, desc: Sequence[str] | None = None):
+                 format_penalty: float = -0.1, desc: Sequence[str] | None = None,
+                 turn_score: str = "realized"):
         super().__init__(style=style, max_steps=max_steps, format_penalty=format_penalty)
         if not isinstance(slippery, bool):
             raise ValueError(f"slippery={slippery!r} must be a bool")
+        if turn_score not in TURN_SCORES:
+            raise ValueError(f"turn_score={turn_score!r} must be one of {TURN_SCORES}")
+        self.turn_score_mode = turn_score
         if not (isinstance(hole_penalty, (int, float)) and math.isfinite(hole_penalty)
                 and hole_penalty > 0):
             raise ValueError(f"hole_penalty={hole_penalty!r} must be a positive number (TSR's λ)")
@@ -298,12 +319,7 @@ class FrozenLake(TextEnv):
         """Index of the outcome drawn by probability; deterministic moves draw nothing."""
         if len(outcomes) == 1:
             return 0
-        u = self.rng.random()
-        for index, (probability, *_) in enumerate(outcomes):
-            u -= probability
-            if u < 0:
-                return index
-        return len(outcomes) - 1  # u was within rounding of 1
+        return _draw_outcome(outcomes, self.rng)
 
     def _format_action(self, action: int) -> str:
         return ACTIONS[action]
@@ -393,8 +409,15 @@ class FrozenLake(TextEnv):
         lake = self._lake
         if action is None:
             return self.format_penalty - _manhattan(self._cell, lake.goal, lake.ncol)
-        return (-lake.expected_manhattan[self._cell][action]
-                - self.hole_penalty * lake.hole_probability[self._cell][action])
+        outcomes = lake.transitions[self._cell][action]
+        if self.turn_score_mode == "expected" and len(outcomes) > 1:
+            return (-lake.expected_manhattan[self._cell][action]
+                    - self.hole_penalty * lake.hole_probability[self._cell][action])
+        # The outcome the next step(action) draws: a copy of the generator draws the same slip.
+        index = _draw_outcome(outcomes, copy_generator(self.rng)) if len(outcomes) > 1 else 0
+        cell = outcomes[index][1]
+        return (-_manhattan(cell, lake.goal, lake.ncol)
+                - self.hole_penalty * (lake.tiles[cell] == "H"))
 
     def _metrics(self) -> dict:
         """The BFS distance from the agent to the goal (None once in a hole)."""

@@ -447,7 +447,7 @@ class ScriptedEngine:
         from jaxtree.rollout.trajectory import assemble
         records = [self.records.pop(e) for e in sorted(self.finished)]
         self.finished = []
-        return assemble(records, TOK.pad_id)
+        return assemble(records, TOK.pad_id, LABELER.names)
 
 
 def reference_patr(task, b0, m, k, interval, alpha, theta, budget, slots):
@@ -536,3 +536,45 @@ def test_the_scripted_cases_cover_every_decision():
     totals = {k: sum(m[k] for m in runs) for k in ("patr/expanded", "patr/refused",
                                                    "patr/pruned_score", "patr/pruned_repeat")}
     assert all(v > 0 for v in totals.values()), totals
+
+
+class RepeatingEngine(ScriptedEngine):
+    """The scripted engine whose every branch plays "Up" (staying on the top row): each branch
+    repeats one action from its first turn on."""
+
+    def play_turn(self):
+        done = []
+        for e in self.live:
+            over, _ = e.play(TOK, TOK.encode("Up") + [TOK.end_of_turn_id], True, 10,
+                             1000 * e.episode_id + e.num_turns, LABELER)
+            if over:
+                self._retire(e)
+                done.append(e.episode_id)
+        return done
+
+
+@pytest.mark.parametrize("selection", ["score", "random"])
+def test_a_best_n_tree_whose_every_branch_is_pruned_is_an_empty_group(selection):
+    """Alg. 1 with k = 0 and Best-n: when the repeat rule prunes every branch, the group C is
+    empty; the rollout returns it (no error) and the step goes on."""
+    settings = PatrConfig(initial_branches=3, expand_top_k=0, interval=2, repeat_limit=2,
+                          group="best_n", selection=selection)
+    batch, metrics = sample_patr(RepeatingEngine(num_slots=10), None, jax.random.key(0), [5, 9],
+                                 settings, lambda eps: np.full(len(eps), 0.5))
+    assert len(batch) == 0 and batch.label("action_signature").shape == (0, 1)
+    assert metrics["patr/pruned_repeat"] == 6 and metrics["patr/group_size_max"] == 0
+
+
+def test_a_training_step_goes_on_when_every_group_is_empty(tmp_path):
+    """The tiny random model repeats one malformed action: with k = 0, Θ = 2 and Best-n every
+    branch is pruned at turn 2, every group is empty, and the step is counted and skipped."""
+    from jaxtree.train import jobs
+    from jaxtree.train.metrics import read_metrics
+    from toy_run import toy_config
+    config = toy_config(steps=1, rollout__strategy="patr", eval__every=1, rollout__patr={
+        "initial_branches": 2, "expand_top_k": 0, "interval": 2, "repeat_limit": 2,
+        "group": "best_n"})
+    assert jobs.train_job(config, str(tmp_path))["step"] == 1
+    record = read_metrics(str(tmp_path))[1]
+    assert record["rollout/episodes"] == 0 and record["rollout/empty_groups"] == 2
+    assert record["train/skipped"] == 1

@@ -122,17 +122,24 @@ def test_beam_ranks_candidates_keeps_the_best_and_forks_them():
     assert final.records[-1] == {"search": 0, "final": [3], "chosen": [3]}
 
 
-def test_lookahead_probes_first_then_ranks_with_the_copies_scores():
-    settings = BeamConfig(beams=1, branching=2, depth=2)
+@pytest.mark.parametrize("ranking", ["accumulated", "last"])
+def test_lookahead_probes_first_then_ranks_with_the_copies_scores(ranking):
+    """Candidates are probed before they are ranked; "accumulated" adds the copy's turn scores
+    to the candidate's, "last" ranks by the newest score on the path: the copy's S_{t+D}."""
+    settings = BeamConfig(beams=1, branching=2, depth=2, ranking=ranking)
     _, state = beam_decide(settings, 1, 1, make_view([make_branch(0)], step=0), None)
     candidates = [make_branch(0, moves=("a",), scores=[0.5]),
                   make_branch(1, moves=("b",), scores=[0.4], parent=0, root=0, born=0)]
     ask, same = beam_decide(settings, 1, 1, make_view(candidates, step=1), state)
     assert ask == Decision(probe=(0, 1)) and same is state
-    seen = lambda s: ProbeResult((TurnRecord(0, True, 0, {"turn_score": s}),), 0.0, DONE)
-    probes = {0: (seen(0.0),), 1: (seen(0.3),)}
+    seen = lambda *s: ProbeResult(tuple(TurnRecord(0, True, 0, {"turn_score": x}) for x in s),
+                                  0.0, DONE)
+    probes = {0: (seen(0.0, 0.1),), 1: (seen(0.5, -0.2),)}
     ranked, _ = beam_decide(settings, 1, 1, make_view(candidates, step=1, probes=probes), state)
-    assert ranked.discard == (0,) and ranked.records[0]["scores"] == [0.5, 0.4 + 0.3]
+    if ranking == "accumulated":
+        assert ranked.discard == (0,) and ranked.records[0]["scores"] == [0.5 + 0.1, 0.4 + 0.3]
+    else:   # the copies' last scores: 0.1 and -0.2 (not 0.5 + 0.1 and 0.4 - 0.2)
+        assert ranked.discard == (1,) and ranked.records[0]["scores"] == [0.1, -0.2]
 
 
 def test_mc_values_probe_every_live_episode_then_label_its_next_turn():

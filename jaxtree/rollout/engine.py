@@ -230,7 +230,7 @@ class SlotEngine:
         """The episodes finished since the last collect, as a batch ordered by episode id."""
         records = [self.records.pop(e) for e in sorted(self.finished)]
         self.finished = []
-        return assemble(records, self.tokenizer.pad_id)
+        return assemble(records, self.tokenizer.pad_id, self.labeler.names)
 
     # ------------------------------------------------------------------ tree operations
 

@@ -209,13 +209,14 @@ _TURN_FIELDS = {
 _TOKEN_FILL = {"action_mask": False, "behaviour_logprobs": 0.0, "turn_index": -1}
 
 
-def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
-    """Pads finished episodes into a TrajectoryBatch (in the given order)."""
-    if not records:
-        raise ValueError("no finished episodes to assemble")
+def assemble(records: Sequence[EpisodeRecord], pad_id: int,
+             labels: Sequence[str] = ()) -> TrajectoryBatch:
+    """Pads finished episodes into a TrajectoryBatch (in the given order), with the per-turn
+    labels the records carry and `labels` (those the rollout records, so that a batch of no
+    episode, a tree whose every branch was dropped, still holds them)."""
     n = len(records)
-    width = round_up(max(len(r.tokens) for r in records), 8)
-    turns = max(max(len(r.turns) for r in records), 1)
+    width = round_up(max((len(r.tokens) for r in records), default=1), 8)
+    turns = max(max((len(r.turns) for r in records), default=1), 1)
     token_arrays = {"tokens": np.full((n, width), pad_id, np.int32),
                     "action_mask": np.zeros((n, width), bool),
                     "behaviour_logprobs": np.zeros((n, width), np.float32),
@@ -233,7 +234,7 @@ def assemble(records: Sequence[EpisodeRecord], pad_id: int) -> TrajectoryBatch:
             turn_arrays["turn_valid"][i, t] = turn.valid
             turn_arrays["node_ids"][i, t] = turn.node_id
     rows = [[turn.labels for turn in r.turns] for r in records]
-    names = sorted({name for row in rows for labels in row for name in labels},
+    names = sorted({*labels, *(name for row in rows for turn in row for name in turn)},
                    key=list(LABELS).index)
     return TrajectoryBatch(
         **token_arrays, **turn_arrays,

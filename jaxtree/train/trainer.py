@@ -70,6 +70,9 @@ def group_diversity(batch: TrajectoryBatch) -> dict[str, float]:
     the same size k, pass@group is also logged as pass@k; tree rollouts, whose groups vary, log
     the mean group size instead."""
     groups = np.unique(batch.group_ids)
+    if not len(groups):
+        return {"rollout/pass@1": 0.0, "rollout/pass@group": 0.0,
+                "rollout/distinct_answers": 0.0, "rollout/group_size": 0.0}
     solved, distinct = [], []
     for g in groups:
         rows = np.flatnonzero(batch.group_ids == g)
@@ -119,8 +122,9 @@ class Trainer:
                                           self.policy.tokenizer.pad_id)
             batch = batch.renumbered(groups, episodes, nodes)
             groups += len(tasks)
-            episodes = int(batch.episode_ids.max()) + 1
-            nodes = max(nodes, int(batch.node_ids.max()) + 1)
+            if len(batch):   # a round of trees whose every branch was dropped is empty
+                episodes = int(batch.episode_ids.max()) + 1
+                nodes = max(nodes, int(batch.node_ids.max()) + 1)
             round_rewards = pipeline.rewards(batch)
             keep = pipeline.filter.keep(batch, round_rewards)
             sampled.append(batch)
@@ -136,16 +140,21 @@ class Trainer:
         rows = select_groups(np.concatenate(kept), everything.group_ids, r.groups_per_step)
         batch, batch_rewards = everything.select(rows), all_rewards.select(rows)
         turns = max(int(everything.num_turns.sum()), 1)
+
+        def mean(values) -> float:  # 0 over no episode: every tree of the step dropped them all
+            return float(np.mean(values)) if len(values) else 0.0
         metrics = {
             **group_diversity(everything),
             **{k: float(np.mean([m[k] for m in strategy_metrics])) for k in strategy_metrics[0]},
-            "rollout/success_rate": float(everything.success.mean()),
-            "rollout/reward_mean": float(all_rewards.outcome.mean()),
-            "rollout/turns": float(everything.num_turns.mean()),
+            "rollout/success_rate": mean(everything.success),
+            "rollout/reward_mean": mean(all_rewards.outcome),
+            "rollout/turns": mean(everything.num_turns),
             "rollout/response_tokens": float(everything.response_lengths.sum()) / turns,
             "rollout/invalid_rate": float(everything.num_invalid.sum()) / turns,
-            "rollout/truncated_rate": float(everything.truncated.mean()),
+            "rollout/truncated_rate": mean(everything.truncated),
             "rollout/episodes": len(everything),
+            # groups left without a trajectory (a Best-n tree whose every branch was pruned)
+            "rollout/empty_groups": groups - len(np.unique(everything.group_ids)),
             "rollout/sampling_rounds": len(sampled),
             "rollout/kept_groups": len(np.unique(batch.group_ids)) if len(batch) else 0,
         }

@@ -3,6 +3,7 @@ statistics, and hand-checked oracle / verifier / scores on hand-written maps."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -234,8 +235,30 @@ def test_turn_score_is_tsr_eq_10_on_map_a():
     assert env.turn_score(DOWN) == -5.0
 
 
-def test_turn_score_is_an_expectation_on_slippery_ice():
-    env = lake(MAP_C, slippery=True)
+def test_turn_score_scores_the_slip_that_happens_on_slippery_ice():
+    """TSR Eq. 10 on the realised outcome o_t: the score computed before a step is that of the
+    cell the step then reaches (the slip is drawn from a copy of the lake's generator), and a
+    clone scores what the original does."""
+    reached = set()
+    for seed in range(40):
+        env = lake(MAP_C, slippery=True)
+        env.rng = np.random.default_rng(seed)
+        for _ in range(3):
+            if env.done:
+                break
+            action = seed % 4
+            score, cloned = env.turn_score(action), env.clone().turn_score(action)
+            env.step(env.answer_text(action))
+            row, col = divmod(env._cell, env._lake.ncol)
+            goal_row, goal_col = divmod(env._lake.goal, env._lake.ncol)
+            hole = env._lake.tiles[env._cell] == "H"
+            assert score == cloned == -(abs(row - goal_row) + abs(col - goal_col)) - 10.0 * hole
+            reached.add((action, env._cell))
+    assert len({cell for action, cell in reached if action == DOWN}) > 1  # slips happened
+
+
+def test_turn_score_is_an_expectation_on_slippery_ice_when_asked():
+    env = lake(MAP_C, slippery=True, turn_score="expected")
     # From (1, 1), each action reaches its direction and both perpendicular ones with 1/3:
     # Left -> (0,1) 3, (1,0) hole 3, (2,1) 1;   Down -> (1,0) hole 3, (2,1) 1, (1,2) 1;
     # Right -> (2,1) 1, (1,2) 1, (0,1) 3;       Up -> (1,2) 1, (0,1) 3, (1,0) hole 3.

@@ -26,8 +26,9 @@ search results (B x M candidates per search and turn); `per_group="top_of_one"` 
 per task with max(B, L) beams and keeps its L best final trajectories (cheaper; the trajectories
 share more prefixes).
 
-Ranking: `ranking="accumulated"` (default) sums S over the trajectory's turns; `"last"` uses the
-newest turn's S only. Ties go to the earlier candidate.
+Ranking: `ranking="accumulated"` (default) sums S over the trajectory's turns (a lookahead
+candidate's with its copy's); `"last"` uses the newest turn's S only (a lookahead candidate's:
+the copy's last, S_{t+D}). Ties go to the earlier candidate.
 
 All three are controllers of the shared tree loop (`jaxtree.rollout.tree`): best-of-N drops the
 losers once a task's N episodes have ended; beam search keeps its ranked beams as the
@@ -141,6 +142,16 @@ def ranked_score(turns, ranking: str) -> float:
     return float(sum(scores) if ranking == "accumulated" else scores[-1])
 
 
+def candidate_score(turns, probes, ranking: str) -> float:
+    """A candidate's rank: "accumulated" sums its turn scores and those of its lookahead copy's
+    turns; "last" takes the newest score along the candidate's path, its copy's last turn when
+    the copy played (S_{t+D}), else its own (S_t)."""
+    if ranking == "accumulated":
+        return ranked_score(turns, ranking) + sum(ranked_score(p.turns, ranking) for p in probes)
+    ahead = [p.turns for p in probes if p.turns]
+    return ranked_score(ahead[-1] if ahead else turns, "last")
+
+
 @dataclasses.dataclass(frozen=True)
 class BeamState:
     """A beam search's memory between boundaries, per search (its root's episode id): the live
@@ -183,9 +194,8 @@ def beam_decide(settings: BeamConfig, width: int, keep: int, view: ForestView,
         if not ids:        # a search that has ended
             continue
         if view.step > 0:
-            scores = [ranked_score(c.turns, settings.ranking) + sum(
-                ranked_score(p.turns, settings.ranking) for p in view.probes.get(c.episode_id, ()))
-                for c in ids]
+            scores = [candidate_score(c.turns, view.probes.get(c.episode_id, ()),
+                                      settings.ranking) for c in ids]
             kept = [ids[i] for i in top_indices(scores, width)]
             records.append({"search": search, "turn": ids[0].num_turns,
                             "candidates": [c.episode_id for c in ids], "scores": scores,

@@ -34,7 +34,9 @@ which is non-negative and unbiased, and an optional entropy bonus H (entropy of 
 
 The loss stage in one place: a minibatch (`Minibatch`, built with its aggregation weights by
 `minibatch`) and its loss under the policy's parameters (`minibatch_loss`: the token scores of
-the model, then `policy_loss`), which `jaxtree.train.update` accumulates over micro-batches.
+the model, then `policy_loss`), which `jaxtree.train.update` accumulates over micro-batches; the
+same loss over a micro-batch of whole groups as token trees (`forest_minibatch_loss`), which
+computes every shared prefix token once.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import numpy as np
 from jaxtree.config import Section, between, non_negative, one_of, option
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.token_scores import (TrainingMemory, token_entropy,  # noqa: F401 (re-exported)
-                                         token_logprobs, token_scores)
+                                         token_logprobs, token_scores, tree_token_scores)
 
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
 
@@ -264,6 +266,43 @@ def minibatch_loss(model_config: ModelConfig, config: LossConfig, memory: Traini
     """(loss, sums of `policy_loss`) of a (micro-)batch under `params`. The entropy and the KL
     to the reference are reported even when they are not in the loss."""
     logprobs, entropy, _ = token_scores(model_config, params, mb.tokens, memory)
+    return loss_of_scores(config, logprobs, entropy, mb)
+
+
+class ForestMinibatch(NamedTuple):
+    """A micro-batch of the prefix-shared update (`jaxtree.train.prefix_forest`): whole rollout
+    groups as token trees in R rows of NB blocks of T tokens, and their trajectories in S slots
+    per row.
+
+      trajectories  Minibatch [R x S, W], each slot's arrays (an empty slot has zero weights)
+      tokens        int32[R, NB, T] the trees' tokens; tree: their TreeBlocks
+      predictor     int32[R, NB, T] per token, the flat index of the token before it (-1: none)
+      token_index   int32[R, S x W] per slot column, the flat index of its token in the row
+    """
+
+    trajectories: Minibatch
+    tokens: Any
+    tree: Any
+    predictor: Any
+    token_index: Any
+
+
+def forest_minibatch_loss(model_config: ModelConfig, config: LossConfig,
+                          memory: TrainingMemory, params, mb: ForestMinibatch):
+    """`minibatch_loss` of the trajectories of a forest micro-batch: every tree token's log-prob
+    and entropy computed once, then gathered onto each trajectory through it, so a token shared
+    by several trajectories enters the loss once per trajectory, with that trajectory's
+    advantage, ratio clip and weight (and its gradient is the sum over them)."""
+    lp_nodes, entropy_nodes, _ = tree_token_scores(model_config, params, mb.tokens, mb.tree,
+                                                   mb.predictor, memory)
+    shape = mb.trajectories.tokens.shape
+    gather = lambda x: jnp.take_along_axis(x, mb.token_index, axis=1).reshape(shape)
+    return loss_of_scores(config, gather(lp_nodes), gather(entropy_nodes), mb.trajectories)
+
+
+def loss_of_scores(config: LossConfig, logprobs, entropy, mb: Minibatch):
+    """(loss, sums) of `policy_loss` from the policy's per-token log-probs and entropies of the
+    micro-batch's sequences ([B, W], each token's given the ones before it)."""
     use_kl = config.kl_coef > 0
     use_entropy = config.entropy_coef > 0
     loss, sums = policy_loss(

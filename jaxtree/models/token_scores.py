@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.transformer import Transformer
+from jaxtree.models.tree_blocks import TreeBlocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,59 @@ def _head_params(config: ModelConfig, params: dict) -> dict:
     return {"lm_head": params["lm_head"]}
 
 
+def _chunked_scores(config: ModelConfig, params: dict, hidden: jax.Array, targets: jax.Array,
+                    memory: TrainingMemory):
+    """(log-prob, entropy, greedy hit) [B, P] of `targets` int32[B, P] under the language-model
+    head on `hidden` [B, P, D], `memory.logits_chunk` positions at a time when set."""
+    batch, positions = targets.shape
+    head = _head_params(config, params)
+
+    def chunk_scores(head, hidden_chunk, target_chunk):
+        return _scores_from_logits(output_logits(config, head, hidden_chunk), target_chunk)
+
+    chunk = memory.logits_chunk
+    if chunk <= 0 or chunk >= positions:
+        return chunk_scores(head, hidden, targets)
+    count = -(-positions // chunk)
+    pad = count * chunk - positions
+    hidden_c = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    targets_c = jnp.pad(targets, ((0, 0), (0, pad)))
+    # [count, B, chunk, ...]: the scan's leading axis walks the sequence
+    hidden_c = hidden_c.reshape(batch, count, chunk, -1).swapaxes(0, 1)
+    targets_c = targets_c.reshape(batch, count, chunk).swapaxes(0, 1)
+    # checkpointed: the backward pass recomputes one chunk's logits at a time
+    body = jax.checkpoint(chunk_scores)
+    _, scores = jax.lax.scan(lambda carry, xs: (carry, body(head, *xs)), None,
+                             (hidden_c, targets_c))
+    return tuple(x.swapaxes(0, 1).reshape(batch, count * chunk)[:, :positions] for x in scores)
+
+
+def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree: TreeBlocks,
+                      predictor: jax.Array, memory: TrainingMemory = TrainingMemory()):
+    """Each token's log-prob given its ancestors, the entropy there and its greedy hit, for
+    token trees packed in blocks (`jaxtree.models.tree_blocks`).
+
+    Args:
+      tokens: int32[R, NB, T] the blocks' tokens; tree: their structure.
+      predictor: int32[R, NB, T], per token the flat index (block x T + offset, in its row) of
+        the token before it on its path; -1 where there is none.
+
+    Returns:
+      (logprobs, entropy, greedy) [R, NB x T]; 0 / 0 / False where there is no predictor.
+    """
+    rows, blocks, width = tokens.shape
+    hidden, _ = Transformer(config, remat=memory.remat).apply(
+        {"params": params}, tokens.reshape(rows * blocks, width), tree=tree,
+        return_hidden=True)
+    hidden = hidden.reshape(rows, blocks * width, -1)
+    flat_predictor = predictor.reshape(rows, blocks * width)
+    before = jnp.take_along_axis(hidden, jnp.maximum(flat_predictor, 0)[..., None], axis=1)
+    scores = _chunked_scores(config, params, before, tokens.reshape(rows, blocks * width),
+                             memory)
+    has = flat_predictor >= 0
+    return tuple(jnp.where(has, x, jnp.zeros((), x.dtype)) for x in scores)
+
+
 def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
                  memory: TrainingMemory = TrainingMemory()):
     """Each token's log-prob given the tokens before it, the entropy there, and its greedy hit.
@@ -109,30 +163,7 @@ def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
     batch, width = tokens.shape
     hidden, _ = Transformer(config, remat=memory.remat).apply(
         {"params": params}, tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
-    targets = tokens[:, 1:]
-    head = _head_params(config, params)
-
-    def chunk_scores(head, hidden_chunk, target_chunk):
-        return _scores_from_logits(output_logits(config, head, hidden_chunk), target_chunk)
-
-    positions = width - 1
-    chunk = memory.logits_chunk
-    if chunk <= 0 or chunk >= positions:
-        logprobs, entropy, greedy = chunk_scores(head, hidden, targets)
-    else:
-        count = -(-positions // chunk)
-        pad = count * chunk - positions
-        hidden_c = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-        targets_c = jnp.pad(targets, ((0, 0), (0, pad)))
-        # [count, B, chunk, ...]: the scan's leading axis walks the sequence
-        hidden_c = hidden_c.reshape(batch, count, chunk, -1).swapaxes(0, 1)
-        targets_c = targets_c.reshape(batch, count, chunk).swapaxes(0, 1)
-        # checkpointed: the backward pass recomputes one chunk's logits at a time
-        body = jax.checkpoint(chunk_scores)
-        _, (logprobs, entropy, greedy) = jax.lax.scan(
-            lambda carry, xs: (carry, body(head, *xs)), None, (hidden_c, targets_c))
-        unchunk = lambda x: x.swapaxes(0, 1).reshape(batch, count * chunk)[:, :positions]
-        logprobs, entropy, greedy = unchunk(logprobs), unchunk(entropy), unchunk(greedy)
+    logprobs, entropy, greedy = _chunked_scores(config, params, hidden, tokens[:, 1:], memory)
     first = lambda x: jnp.zeros((batch, 1), x.dtype)
     return (jnp.concatenate([first(logprobs), logprobs], axis=1),
             jnp.concatenate([first(entropy), entropy], axis=1),

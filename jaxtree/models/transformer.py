@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, write_chunk, write_keys
+from jaxtree.models.tree_blocks import TreeBlocks, tree_context
 
 _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax instead of NaN
 
@@ -184,12 +185,13 @@ class Attention(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask=None, cache_kv=None, offsets=None):
+    def __call__(self, x, positions, mask=None, cache_kv=None, offsets=None, tree=None):
         """x: [B, T, D]; positions: int32[B, T].
 
         Without a cache, the chunk attends to itself under mask (bool[B, T, T]). With
         cache_kv = (keys, values) of shape [B, K, S, Dh], the chunk is written at `offsets` (int32[B])
-        and attends causally to the cache.
+        and attends causally to the cache. With `tree` (TreeBlocks), the B rows are the blocks of
+        token trees and each attends to its ancestor blocks and causally to itself.
         Returns (output [B, T, D], updated (keys, values) or None).
         """
         cfg = self.config
@@ -206,7 +208,11 @@ class Attention(nn.Module):
         inv_freq = rope_inverse_frequencies(cfg)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
-        if cache_kv is None:
+        if tree is not None:
+            keys, values, tree_mask = tree_context(k, v, tree)
+            out = _attend(q, keys, values, tree_mask)
+            new_cache_kv = None
+        elif cache_kv is None:
             out = _attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask)
             new_cache_kv = None
         else:
@@ -233,9 +239,9 @@ class Block(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, cache_kv=None, offsets=None):
+    def __call__(self, x, positions, mask, cache_kv=None, offsets=None, tree=None):
         attn_out, new_cache_kv = Attention(self.config, name="attn")(
-            _norm(self.config, "input_norm")(x), positions, mask, cache_kv, offsets)
+            _norm(self.config, "input_norm")(x), positions, mask, cache_kv, offsets, tree)
         x = x + attn_out
         x = x + MLP(self.config, name="mlp")(_norm(self.config, "post_attention_norm")(x))
         return x, new_cache_kv
@@ -259,7 +265,7 @@ class Transformer(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
                  chunk_lengths: jax.Array | None = None, last_only: bool = False,
-                 return_hidden: bool = False):
+                 return_hidden: bool = False, tree: TreeBlocks | None = None):
         """Runs the model on a chunk of tokens.
 
         Args:
@@ -267,6 +273,9 @@ class Transformer(nn.Module):
           cache: optional KVCache with capacity S. Without it the chunk is a full sequence starting at
             position 0 (causal attention within the chunk). With it, row b's tokens occupy positions
             cache.lengths[b] + [0, T) and attend to everything before them in the cache.
+          tree: instead, token trees packed in blocks (`jaxtree.models.tree_blocks`): the B = R x NB
+            rows are blocks of T tokens at the positions `tree.positions`, each attending to its
+            ancestor blocks and causally to itself (no cache).
           chunk_lengths: int32[B], how many of the T tokens of each row are real (the rest is right
             padding); defaults to T. Only used with a cache: the new lengths are
             min(lengths + chunk_lengths, S).
@@ -285,7 +294,9 @@ class Transformer(nn.Module):
         steps = jnp.arange(chunk, dtype=jnp.int32)
         if chunk_lengths is None:
             chunk_lengths = jnp.full((batch,), chunk, jnp.int32)
-        if cache is None:
+        if tree is not None:
+            positions, mask, offsets = tree.positions.reshape(batch, chunk), None, None
+        elif cache is None:
             positions = jnp.broadcast_to(steps, (batch, chunk))
             mask = jnp.broadcast_to(steps[None, :, None] >= steps[None, None, :],
                                     (batch, chunk, chunk))
@@ -301,12 +312,12 @@ class Transformer(nn.Module):
         x = embed(tokens)
         new_keys, new_values = [], []
         if self.remat and cache is None and not self.is_initializing():
-            x = self._rematerialized_blocks(x, positions, mask)
+            x = self._rematerialized_blocks(x, positions, mask, tree)
         else:
             for i in range(cfg.num_layers):
                 layer_kv = None if cache is None else (cache.keys[i], cache.values[i])
                 x, new_kv = Block(cfg, name=f"layers_{i}")(x, positions, mask, layer_kv,
-                                                           offsets)
+                                                           offsets, tree)
                 if new_kv is not None:
                     new_keys.append(new_kv[0])
                     new_values.append(new_kv[1])
@@ -326,7 +337,7 @@ class Transformer(nn.Module):
             logits = _dense(cfg.vocab_size, False, cfg, "lm_head")(x)
         return logits.astype(jnp.float32), new_cache
 
-    def _rematerialized_blocks(self, x, positions, mask):
+    def _rematerialized_blocks(self, x, positions, mask, tree=None):
         """All blocks on x: [B, T, D] as a scan over their stacked parameters, each block
         recomputed in the backward pass (see the class docstring)."""
         cfg = self.config
@@ -336,7 +347,8 @@ class Transformer(nn.Module):
 
         @jax.checkpoint
         def block(x, layer_params):
-            return Block(cfg).apply({"params": layer_params}, x, positions, mask)[0], None
+            return Block(cfg).apply({"params": layer_params}, x, positions, mask, None, None,
+                                    tree)[0], None
 
         x, _ = jax.lax.scan(block, x, stacked)
         return x

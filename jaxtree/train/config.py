@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxtree.config import Section, one_of, option, positive
+from jaxtree.config import Section, between, one_of, option, positive
+
+PREFIX_SHARING = ("auto", "on", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +26,16 @@ class TrainConfig(Section):
         True, "group a minibatch's rows by length into micro-batches, each cut to its own "
         "rows' width (False: every micro-batch as wide as the minibatch's longest row, one fused "
         "step; jaxtree.train.update)")
+    prefix_sharing: str = option(
+        "auto", "compute every token prefix the trajectories of a group share once in the update "
+        "('on': always; 'off': every trajectory from its first token; 'auto': when the batch's "
+        "unique-token fraction is below train.prefix_break_even; jaxtree.train.forest_update)",
+        check=one_of(PREFIX_SHARING))
+    prefix_break_even: float = option(
+        0.9, "'auto' shares prefixes when unique tokens / all tokens of the batch is below this "
+        "(docs/benchmarks.md measures the break-even)", check=between(0, 1))
+    prefix_block: int = option(32, "tokens per block of the prefix-shared update's token trees",
+                               check=positive())
     tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
     max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
                                     "steps whose updates were all skipped as non-finite",

@@ -55,8 +55,25 @@ from jaxtree.train.metrics import MetricsWriter
 from jaxtree.train.pipeline import Pipeline
 from jaxtree.train.shares import sample_round
 from jaxtree.train.stop import StopRequest
+from jaxtree.train.forest_update import ForestSteps
+from jaxtree.train.prefix_forest import group_trees, unique_fraction
 from jaxtree.train.update import needed_widths
 from jaxtree.utils import report, round_up
+
+
+# A recomputed action log-prob further than this from the sampler's counts as a disagreement.
+LOGPROB_GAP_TOLERANCE = 1e-3
+
+
+def logprob_gaps(recomputed: np.ndarray, behaviour: np.ndarray,
+                 action_mask: np.ndarray) -> dict[str, float]:
+    """How far the update's log-probs of the action tokens are from the sampler's under the same
+    parameters: max and mean |difference| and the share of tokens over LOGPROB_GAP_TOLERANCE."""
+    gap = np.abs(np.asarray(recomputed, np.float64) - behaviour)[np.asarray(action_mask, bool)]
+    if not gap.size:
+        return {"logprob_gap_max": 0.0, "logprob_gap_mean": 0.0, "logprob_gap_over": 0.0}
+    return {"logprob_gap_max": float(gap.max()), "logprob_gap_mean": float(gap.mean()),
+            "logprob_gap_over": float(np.mean(gap > LOGPROB_GAP_TOLERANCE))}
 
 
 class TrainingDiverged(RuntimeError):
@@ -101,6 +118,7 @@ class Trainer:
         self.policy = policy
         self.metadata = metadata
         self.updater = pipeline.updater
+        self.forest = ForestSteps(self.updater, exp.train.prefix_block)
         self.reference = self.updater.place_params(policy.params)
         self.checkpointer = checkpoints.TrainCheckpointer(workdir, exp.checkpoint.keep)
 
@@ -196,9 +214,19 @@ class Trainer:
         old_logprobs, padded_advantages = pad(batch.behaviour_logprobs, 0.0), \
             pad(advantages, 0.0)
         by_length = t.micro_batches_by_length
-        widths = needed_widths(action_mask) if by_length else None
-        ref_logprobs = distributed.host_array(
-            self.updater.logprobs(self.reference, tokens, widths))
+        groups = np.pad(batch.group_ids, (0, total - real), constant_values=-1)
+        widths = needed_widths(action_mask)
+        fraction = unique_fraction(group_trees(tokens, widths, groups, t.prefix_block), widths)
+        shared = t.prefix_sharing == "on" or (t.prefix_sharing == "auto"
+                                              and fraction < t.prefix_break_even)
+
+        def logprobs(params):  # [B, W] on the host, each row up to its last action token
+            if shared:
+                return self.forest.logprobs(params, tokens, widths, groups)
+            return distributed.host_array(self.updater.logprobs(
+                params, tokens, widths if by_length else None))
+        ref_logprobs = logprobs(self.reference)
+        gap = logprob_gaps(logprobs(state.params), old_logprobs, action_mask)
         rng = np.random.default_rng([t.seed, step])
         collected = []
         for _ in range(t.epochs):
@@ -207,9 +235,15 @@ class Trainer:
                 mb = self.updater.minibatch(tokens[index], action_mask[index],
                                             old_logprobs[index], padded_advantages[index],
                                             ref_logprobs[index])
-                state, metrics = self.updater.step(state, mb, by_length)
+                if shared:
+                    plan = self.forest.plan(mb, groups[index])
+                    state, metrics = self.forest.step(state, [fmb for fmb, _ in plan])
+                else:
+                    state, metrics = self.updater.step(state, mb, by_length)
                 collected.append(jax.device_get(metrics))
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
+        out.update({"update/unique_token_fraction": fraction, "update/prefix_shared": int(shared),
+                    **{f"update/{k}": v for k, v in gap.items()}})
         out["train/updates"] = len(collected)
         out["train/skipped"] = int(sum(int(m["skipped"]) for m in collected))
         out["train/grad_norm_max"] = float(max(m["grad_norm"] for m in collected))

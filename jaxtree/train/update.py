@@ -112,10 +112,9 @@ def _micro_batches(x: jax.Array, count: int) -> jax.Array:
     return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _grad_fn(model_config, loss_config, memory):
-    return jax.value_and_grad(
-        functools.partial(losses.minibatch_loss, model_config, loss_config, memory),
-        has_aux=True)
+def _grad_fn(model_config, loss_config, memory, loss=losses.minibatch_loss):
+    return jax.value_and_grad(functools.partial(loss, model_config, loss_config, memory),
+                              has_aux=True)
 
 
 def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
@@ -136,10 +135,11 @@ def zero_carry(params, sum_keys: tuple[str, ...]):
 
 
 def accumulate_gradients(model_config: ModelConfig, loss_config: losses.LossConfig,
-                         memory: TrainingMemory, params, carry, mbs: Minibatch):
+                         memory: TrainingMemory, params, carry, mbs, loss=losses.minibatch_loss):
     """`carry` (grads, loss, sums) plus the gradients, losses and loss sums of the micro-batches
-    `mbs` (every field [count, rows, T]), accumulated under `lax.scan`."""
-    grad_fn = _grad_fn(model_config, loss_config, memory)
+    `mbs` (a Minibatch, or what `loss` takes, every field stacked [count, ...]), accumulated
+    under `lax.scan`."""
+    grad_fn = _grad_fn(model_config, loss_config, memory, loss)
 
     def accumulate(carry, mb):
         grads, loss, sums = carry

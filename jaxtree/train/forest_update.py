@@ -1,0 +1,184 @@
+"""The prefix-shared update: micro-batches of whole groups as token trees, one step over them.
+
+`plan_forest` turns a minibatch (host arrays, `losses.Minibatch`) and its rows' groups into
+forest micro-batches (`losses.ForestMinibatch`): each group's trajectories become one token tree
+in blocks (`jaxtree.train.prefix_forest`), the trees are laid into rows of NB blocks and S
+trajectory slots, and R rows make a micro-batch. Shapes are bucketed so that compilation stays
+bounded: NB to a multiple of 8, A (ancestor slots) and S to powers of two, R so that a
+micro-batch holds about the tokens of a per-trajectory micro-batch (`token_budget`).
+
+`ForestSteps(updater, block)` runs them with the updater's optimizer, loss and mesh:
+
+    state, metrics = forest.step(state, plan_forest(mb, group_ids, ...))    # one optimizer step
+    logprobs = forest.logprobs(params, tokens, widths, group_ids)          # [B, W], reference
+
+Rows are split over the mesh's data x fsdp axes like a per-trajectory micro-batch's, a row with
+its trajectories (a group never spans two devices); the loss is the per-trajectory loss exactly
+(`losses.forest_minibatch_loss`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from jaxtree import losses
+from jaxtree.losses import ForestMinibatch, Minibatch
+from jaxtree.models.token_scores import tree_token_scores
+from jaxtree.models.tree_blocks import TreeBlocks
+from jaxtree.parallel import distributed
+from jaxtree.train.prefix_forest import GroupTree, group_trees, pack_forest
+from jaxtree.train.update import accumulate_gradients, needed_widths
+from jaxtree.utils import round_up
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _rows_of(trees: list[GroupTree], blocks: int, slots: int) -> list[list[GroupTree]]:
+    """The trees laid into rows in order, a new row when the next tree does not fit."""
+    rows, current, used_blocks, used_slots = [], [], 0, 0
+    for tree in trees:
+        if current and (used_blocks + tree.num_blocks > blocks
+                        or used_slots + len(tree.rows) > slots):
+            rows.append(current)
+            current, used_blocks, used_slots = [], 0, 0
+        current.append(tree)
+        used_blocks, used_slots = used_blocks + tree.num_blocks, used_slots + len(tree.rows)
+    if current:
+        rows.append(current)
+    return rows
+
+
+def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: int,
+                token_budget: int, width_multiple: int = 64
+                ) -> list[tuple[ForestMinibatch, np.ndarray]]:
+    """Forest micro-batches (host arrays, all of one shape), each with the batch row of every
+    trajectory slot (int[R x S], -1 for an empty one), holding every row of `mb` that has a loss
+    (rows without an action token or weight are left out, as in the by-length step)."""
+    mb = Minibatch(*(np.asarray(x) for x in mb))
+    widths = needed_widths(mb.action_mask, mb.weights)
+    trees = [t for t in group_trees(mb.tokens, widths, np.asarray(group_ids), block)
+             if t.num_blocks]
+    width = round_up(int(widths.max(initial=1)), width_multiple)
+    blocks = round_up(max((t.num_blocks for t in trees), default=1), 8)
+    slots = _power_of_two(max((len(t.rows) for t in trees), default=1))
+    ancestor_slots = _power_of_two(max((len(a) for t in trees for a in t.ancestors),
+                                       default=1))
+    rows = _rows_of(trees, blocks, slots)
+    per_call = max(row_multiple, token_budget // (blocks * block) // row_multiple * row_multiple)
+    per_call = min(per_call, round_up(max(len(rows), 1), row_multiple))
+    out = []
+    for start in range(0, max(len(rows), 1), per_call):
+        packed = pack_forest_rows(rows[start:start + per_call], per_call, blocks, slots,
+                                  ancestor_slots, block, width)
+        out.append((_forest_minibatch(mb, packed, width), packed.slots.reshape(-1)))
+    return out
+
+
+def pack_forest_rows(rows: list[list[GroupTree]], count: int, blocks: int, slots: int,
+                     ancestor_slots: int, block: int, width: int):
+    """`pack_forest` of trees already assigned to rows: row r of the result holds rows[r]."""
+    parts = [pack_forest(row, 1, blocks, slots, ancestor_slots, block, width) for row in rows]
+    empty = pack_forest([], 1, blocks, slots, ancestor_slots, block, width)
+    parts += [empty] * (count - len(parts))
+    return type(empty)(*(np.concatenate([getattr(p, f) for p in parts])
+                         for f in ("tokens", "positions", "valid", "ancestors", "predictor",
+                                   "slots", "token_index")))
+
+
+def _forest_minibatch(mb: Minibatch, packed, width: int) -> ForestMinibatch:
+    """The ForestMinibatch of a packed forest: each slot's arrays from its batch row (zeros, so
+    no loss, for an empty slot), cut to `width` columns."""
+    slot_rows = packed.slots.reshape(-1)
+    filler = slot_rows < 0
+    index = np.where(filler, 0, slot_rows)
+
+    def take(x, zero):
+        x = np.asarray(x)[index, :width]
+        if x.shape[1] < width:
+            x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+        return np.where(filler[:, None], np.zeros((), x.dtype), x) if zero else x
+
+    trajectories = Minibatch(*(take(x, zero=name != "tokens")
+                               for name, x in zip(Minibatch._fields, mb)))
+    rows = packed.tokens.shape[0]
+    return ForestMinibatch(
+        trajectories, packed.tokens,
+        TreeBlocks(packed.positions, packed.valid, packed.ancestors), packed.predictor,
+        packed.token_index[:, :, :width].reshape(rows, -1))
+
+
+class ForestSteps:
+    """The prefix-shared update and log-probs of an `Updater` (its optimizer, loss, memory
+    trade-offs and mesh), with token trees in blocks of `block` tokens."""
+
+    def __init__(self, updater, block: int = 32):
+        self.updater = updater
+        self.block = block
+        u = updater
+        self._accumulate = jax.jit(
+            functools.partial(accumulate_gradients, u.model_config, u.loss_config, u.memory,
+                              loss=losses.forest_minibatch_loss),
+            in_shardings=(u.param_shardings, u._carry_shardings, u.micro_batch_sharding),
+            out_shardings=u._carry_shardings, donate_argnums=(1,))
+        self._scores = jax.jit(
+            lambda params, tokens, tree, predictor: tree_token_scores(
+                u.model_config, params, tokens, tree, predictor, u.memory)[0],
+            in_shardings=(u.param_shardings, u.batch_sharding, u.batch_sharding,
+                          u.batch_sharding),
+            out_shardings=u.batch_sharding)
+
+    def plan(self, mb: Minibatch, group_ids: np.ndarray):
+        """`plan_forest` with the updater's row multiple, and a token budget of a
+        per-trajectory micro-batch of the minibatch's width."""
+        u = self.updater
+        width = round_up(int(needed_widths(mb.action_mask, mb.weights).max(initial=1)),
+                         u.width_multiple)
+        return plan_forest(mb, group_ids, self.block, u.row_multiple, u.row_multiple * width,
+                           u.width_multiple)
+
+    def step(self, state, micro_batches: list[ForestMinibatch]):
+        """One optimizer step on the forest micro-batches of one minibatch (host arrays, one
+        shape): accumulated in power-of-two runs of one `lax.scan` call each."""
+        u = self.updater
+        carry = u._zero_carry(state.params)
+        for run in _power_of_two_runs(len(micro_batches)):
+            stacked = jax.tree.map(lambda *xs: np.stack(xs), *micro_batches[run])
+            carry = self._accumulate(state.params, carry,
+                                     distributed.put(stacked, u.micro_batch_sharding))
+        return u._apply(state, carry)
+
+    def logprobs(self, params, tokens: np.ndarray, widths: np.ndarray,
+                 group_ids: np.ndarray) -> np.ndarray:
+        """float32[B, T] log-probs of every row's tokens up to its width (0 after), each shared
+        prefix token computed once."""
+        tokens = np.asarray(tokens)
+        mask = np.arange(tokens.shape[1])[None, :] < np.asarray(widths)[:, None]
+        zeros = np.zeros(tokens.shape, np.float32)
+        mb = Minibatch(tokens, mask, zeros, zeros, mask.astype(np.float32), zeros)
+        out = np.zeros(tokens.shape, np.float32)
+        put = lambda x: distributed.put(x, self.updater.batch_sharding)  # noqa: E731
+        for fmb, slot_rows in self.plan(mb, group_ids):
+            scores = distributed.host_array(self._scores(
+                params, put(fmb.tokens), put(fmb.tree), put(fmb.predictor)))
+            per_slot = np.take_along_axis(scores, fmb.token_index, axis=1).reshape(
+                len(slot_rows), -1)
+            for slot, row in enumerate(slot_rows):
+                if row >= 0:
+                    w = min(int(widths[row]), per_slot.shape[1])
+                    out[row, :w] = per_slot[slot, :w]
+        return out
+
+
+def _power_of_two_runs(count: int) -> list[slice]:
+    """0..count cut into consecutive power-of-two runs, largest first (7 -> 4, 2, 1)."""
+    runs, start = [], 0
+    while start < count:
+        size = 1 << ((count - start).bit_length() - 1)
+        runs.append(slice(start, start + size))
+        start += size
+    return runs

@@ -1,0 +1,177 @@
+"""Prefix-shared updates: a batch's prefix forest against a brute-force reading of its rows, and
+the forest update against the per-trajectory one on random forests of every shape."""
+
+import textwrap
+
+import chex
+import jax
+import numpy as np
+import optax
+import pytest
+
+from fake_devices import run_script
+from jaxtree import losses
+from jaxtree.losses import LossConfig
+from jaxtree.parallel import mesh as mesh_lib
+from jaxtree.train.forest_update import ForestSteps
+from jaxtree.train.prefix_forest import group_trees, unique_fraction
+from jaxtree.train.update import Updater, needed_widths
+
+
+def random_batch(shape: str, seed: int = 0, width: int = 48):
+    """(tokens int32[N, W], action mask, group ids) of rows sharing prefixes the way `shape`
+    says: 'branches' (random branching points, ragged lengths, a duplicated row and a
+    one-row group), 'latr' (k rows leaving one trunk at many token positions), 'turns' (PATR /
+    beam trees: rows diverging at turn boundaries, actions after each observation), 'prompt'
+    (a GRPO group: only the prompt is shared)."""
+    rng = np.random.default_rng(seed)
+    rows, groups, masks = [], [], []
+    for g in range(3):
+        base = rng.integers(3, 250, width)
+        prompt = int(rng.integers(6, 14))
+        count = 1 if (shape == "branches" and g == 2) else int(rng.integers(3, 6))
+        for j in range(count):
+            seq = base.copy()
+            if shape == "prompt":
+                cut = prompt
+            elif shape == "turns":
+                cut = prompt + 8 * int(rng.integers(0, 4))
+            else:
+                cut = int(rng.integers(prompt, width))
+            seq[cut:] = rng.integers(3, 250, width - cut)
+            length = int(rng.integers(max(cut, prompt + 2), width + 1))
+            mask = np.zeros(width, bool)
+            if shape == "turns":     # 4-token actions after 4-token observations
+                for start in range(prompt, length, 8):
+                    mask[start + 4:min(start + 8, length)] = True
+            else:
+                mask[prompt:length] = True
+            seq[length:] = 0
+            rows.append(seq)
+            masks.append(mask)
+            groups.append(g)
+    if shape == "branches":   # a duplicated whole trajectory
+        rows.append(rows[0].copy())
+        masks.append(masks[0].copy())
+        groups.append(groups[0])
+    return np.asarray(rows, np.int32), np.asarray(masks), np.asarray(groups)
+
+
+SHAPES = ("branches", "latr", "turns", "prompt")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("block", [4, 16])
+def test_every_token_sees_exactly_its_prefix(shape, block):
+    """Through its block's causal part and its ancestor blocks, each token of each row sees the
+    row's tokens before it, each at its own position, and nothing else; its predictor is the
+    token before it; the unique tokens are the rows' distinct prefixes."""
+    tokens, mask, groups = random_batch(shape, seed=block)
+    widths = needed_widths(mask)
+    trees = group_trees(tokens, widths, groups, block)
+    prefixes = {(g, tuple(tokens[i, :d + 1].tolist()))
+                for i, g in enumerate(groups) for d in range(widths[i])}
+    assert sum(t.unique_tokens for t in trees) == len(prefixes)
+    assert unique_fraction(trees, widths) == len(prefixes) / widths.sum()
+    for tree in trees:
+        for k, i in enumerate(tree.rows):
+            for d in range(widths[i]):
+                b, o = divmod(int(tree.token_index[k, d]), block)
+                assert tree.block_tokens[b, o] == tokens[i, d]
+                assert tree.block_positions[b, o] == d
+                seen = [(int(tree.block_positions[a, x]), int(tree.block_tokens[a, x]))
+                        for a in tree.ancestors[b] for x in range(tree.block_lengths[a])]
+                seen += [(int(tree.block_positions[b, x]), int(tree.block_tokens[b, x]))
+                         for x in range(o + 1)]
+                assert sorted(seen) == list(enumerate(tokens[i, :d + 1].tolist()))
+                want = tree.token_index[k, d - 1] if d else -1
+                assert tree.predictor[b, o] == want
+
+
+@pytest.fixture(scope="module")
+def updater(tiny):
+    config, params = tiny
+    loss = LossConfig(kl_coef=0.05, entropy_coef=0.01, eps_low=0.2, eps_high=0.28)
+    return Updater(config, optax.sgd(1.0), loss, 4, mesh_lib.make_mesh(), params,
+                   width_multiple=16)
+
+
+def minibatch_of(updater, shape, mode, seed):
+    tokens, mask, groups = random_batch(shape, seed)
+    rng = np.random.default_rng(seed + 1)
+    old = np.where(mask, -rng.uniform(0.2, 3.0, mask.shape), 0).astype(np.float32)
+    ref = np.where(mask, -rng.uniform(0.2, 3.0, mask.shape), 0).astype(np.float32)
+    advantages = np.where(mask, rng.normal(size=(len(mask), 1)), 0).astype(np.float32)
+    rows = -(-len(mask) // 4) * 4
+    pad = lambda x, fill=0: np.pad(x, ((0, rows - len(x)), (0, 0)), constant_values=fill)
+    mb = losses.minibatch(pad(tokens), pad(mask, False), pad(old), pad(advantages), pad(ref),
+                          LossConfig(aggregation=mode), 40.0)
+    return mb, np.pad(groups, (0, rows - len(groups)), constant_values=-1)
+
+
+@pytest.mark.parametrize("shape,mode", [("branches", "seq-mean-token-mean"),
+                                        ("latr", "token-mean"), ("turns", "seq-sum"),
+                                        ("prompt", "seq-mean-token-mean")])
+def test_the_forest_update_equals_the_per_trajectory_update(tiny, updater, shape, mode):
+    """Loss, every metric and the parameters after one optimizer step, for every forest shape
+    and every aggregation, with the KL and entropy terms on."""
+    _, params = tiny
+    mb, groups = minibatch_of(updater, shape, mode, seed=len(shape))
+    per_trajectory, metrics = updater.step(updater.init_state(params), mb, by_length=True)
+    forest = ForestSteps(updater, block=8)
+    shared, shared_metrics = forest.step(updater.init_state(params),
+                                         [f for f, _ in forest.plan(mb, groups)])
+    chex.assert_trees_all_close(shared.params, per_trajectory.params, atol=2e-5, rtol=1e-5)
+    for key in metrics:
+        np.testing.assert_allclose(shared_metrics[key], metrics[key], rtol=2e-5, atol=1e-6,
+                                   err_msg=key)
+
+
+def test_forest_logprobs_equal_each_rows_forward(tiny, updater):
+    """The reference log-probs through the forest equal every row's own forward up to its
+    width, and are 0 past it."""
+    _, params = tiny
+    mb, groups = minibatch_of(updater, "branches", "token-mean", seed=3)
+    widths = needed_widths(mb.action_mask)
+    placed = updater.place_params(params)
+    full = np.asarray(updater.logprobs(placed, mb.tokens, widths))
+    shared = ForestSteps(updater, block=8).logprobs(placed, mb.tokens, widths, groups)
+    np.testing.assert_allclose(shared, full, atol=1e-5)
+    assert not shared[np.arange(shared.shape[1])[None, :] >= widths[:, None]].any()
+
+
+_MESH_SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import chex, jax, numpy as np, optax
+    sys.path.insert(0, {tests!r})
+    from test_prefix_update import minibatch_of
+    from jaxtree import models
+    from jaxtree.losses import LossConfig
+    from jaxtree.parallel.mesh import make_mesh
+    from jaxtree.train.forest_update import ForestSteps
+    from jaxtree.train.update import Updater
+    assert len(jax.devices()) == 8
+    config = models.get_preset("tiny")
+    params = models.init_params(config, jax.random.key(0))
+    loss = LossConfig(kl_coef=0.05, entropy_coef=0.01)
+    results = {{}}
+    for shape in [(1, 1, 1), (2, 2, 2)]:
+        devices = jax.devices()[:int(np.prod(shape))]
+        updater = Updater(config, optax.sgd(1.0), loss, 4, make_mesh(*shape, devices=devices),
+                          params, width_multiple=16)
+        mb, groups = minibatch_of(updater, "turns", "seq-mean-token-mean", seed=5)
+        forest = ForestSteps(updater, block=8)
+        state, _ = forest.step(updater.init_state(params), [f for f, _ in forest.plan(mb, groups)])
+        results[shape, "forest"] = jax.device_get(state.params)
+        state, _ = updater.step(updater.init_state(params), mb, True)
+        results[shape, "rows"] = jax.device_get(state.params)
+    for key in [((2, 2, 2), "forest"), ((1, 1, 1), "forest"), ((2, 2, 2), "rows")]:
+        chex.assert_trees_all_close(results[key], results[(1, 1, 1), "rows"], atol=2e-5,
+                                    rtol=1e-5)
+    print("FOREST_MESH_MATCH")
+""")
+
+
+def test_the_forest_update_on_a_2x2x2_mesh_equals_one_device():
+    run_script(_MESH_SCRIPT, "FOREST_MESH_MATCH")

@@ -4,13 +4,14 @@ The SWE setting of RTMC (§4, R2E-Gym tools) and PATR (App. A-B, SWE-bench) shru
 episode: a task is one module of the built-in bank (environments/mini-swe-tasks/, read by
 mini_swe_tasks; a helper and a main module for two-file tasks) with one seeded bug
 (mini_swe_mutations) that makes its visible tests fail; the agent inspects, edits, tests and
-submits, and wins when the hidden tests (the visible test functions plus extra cases) pass at
+submits, and wins when the task's hidden cases (function, arguments, expected value) pass at
 `submit`.
 
 Tasks. `reset(seed)` draws, from self.rng: the module (uniformly from the split's modules; a
 two-file task with probability `two_file`), a mutation operator (uniformly among those of
 `operators` with at least one valid site in the module) and a site (uniformly among that
-operator's valid mutations, mini_swe_mutations.valid_mutations), each from a list in a fixed
+operator's valid mutations, mini_swe_mutations.valid_mutations, that some hidden case catches:
+a bug every hidden case passes would pay unrepaired; the bank has none), each from a list in a fixed
 order (modules in the bank's order.txt order), so the same seed always gives the same task.
 `split="train"` (default) draws from the training modules, `split="test"` from the fixed held-out
 ones (mini_swe_tasks.SPLITS; configure evaluations with `env.eval_options: {split: test}`).
@@ -33,19 +34,27 @@ Parsing is lenient about case of the command word, whitespace, `START-END` / `ST
 parsed action is a `Command`; `format_action` writes its canonical text. Paths are plain file
 names of the repository: absolute paths, `..`, symbolic links and unknown files are illegal.
 
-Rewards and info. `submit` earns 1.0 when the hidden tests pass, else 0.0, and ends the episode;
-other legal actions earn 0.0; malformed or illegal text earns `format_penalty`, leaves the
-repository unchanged and shows an error message as the observation. A run stopped by a sandbox limit
-(hostile or runaway code: a fork bomb, an infinite loop, 1 GB of output, `rm -rf`, a socket) is a
-legal turn whose tests count as failed: it costs that turn and nothing else, and
+Rewards and info. `submit` earns 1.0 when every hidden case returns its expected value, else 0.0,
+and ends the episode. Its run gets the source files and the cases' inputs only (no test file, no
+expected value); each value comes back through the runner's strict encoder and is compared on
+the host with exact types (mini_swe_verdict), so nothing the code prints, raises or patches turns
+a failed case into a pass. `run_tests` output and counts are what the run reports: code under test
+can forge them, but not the reward of `submit` nor `validation`, which also needs the host's
+verdict on the hidden cases. Other legal actions
+earn 0.0; malformed or illegal text earns `format_penalty`, leaves the repository unchanged and
+shows an error message as the observation. A run stopped by a sandbox limit (hostile or runaway
+code: a fork bomb, an infinite loop, 1 GB of output, `rm -rf`, a socket) is a legal turn whose
+tests count as failed: it costs that turn and nothing else, and
 `info["sandbox"]` names the limit ("timeout", "cpu", "memory", "output", "process", "network",
 "filesystem", "crash"; mini_swe_sandbox). `info` also has `validation` (RTMC §3.4's indicator:
-True on a run_tests turn whose selected tests all pass after a modification not yet validated,
-once per modification, so repeated runs earn no repeated shaping), `tests_passed` /
-`tests_failed` (of the turn's run, None otherwise), `subprocess_seconds` (the wall time of the
-turn's sandboxed run, 0.0 for a turn without one or a cached run: what the sandbox costs a
-rollout, summed by the rollout engine), and the metrics `edits`, `test_runs`,
-`two_file`, `fixed` (every source file is again the original program: AST-equal) and `task`.
+True on a run_tests turn whose selected tests all pass after a modification not yet validated
+and whose hidden cases all pass on the host's verdict, once per modification, so repeated runs
+earn no repeated shaping), `tests_passed` /
+`tests_failed` (of the turn's run, None otherwise; at `submit`, the hidden cases that passed and
+failed), `subprocess_seconds` (the wall time of the turn's sandboxed run, 0.0 for a turn without
+one or a cached run: what the sandbox costs a rollout, summed by the rollout engine), and the
+metrics `edits`, `test_runs`, `two_file`, `fixed` (every source file is again the original
+program: AST-equal) and `task`.
 `info["valid"]` is RTMC's step validity (the text parsed to a legal command).
 
 Observations are the tool output, cut to `max_output_chars` with a `[... truncated N chars]` marker
@@ -53,9 +62,12 @@ Observations are the tool output, cut to `max_output_chars` with a `[... truncat
 
 Sandbox (mini_swe_sandbox): every episode has its own directory, removed on `close()`, garbage
 collection or interpreter exit; `clone()` copies it. Code runs only in `run_tests` and `submit`:
-in a subprocess under rlimits, a wall-clock timeout, a network namespace, Landlock, an
-unprivileged uid when the host is root, and an audit hook (`strict_sandbox=False` leaves hostile
-calls to the kernel layers alone). Runs see a copy of the repository, so code cannot change the
+in a subprocess under rlimits, a wall-clock timeout, network and PID namespaces (every process of
+a run dies with it), an unprivileged uid when the host is root, Landlock (reads confined to the
+run directory and the interpreter's files, no execve) and a seccomp filter (no sockets), the
+kernel-enforced layers `Sandbox.isolation()` lists; and an audit hook, diagnostics that Python
+code can switch off (`strict_sandbox=False` leaves hostile calls to the kernel layers alone; see
+docs/threat_model.md). Runs see a copy of the repository, so code cannot change the
 episode's files: only `edit` does. Identical runs (same files, same selection) are cached per
 process (`cache_runs`), except runs that hit the time or CPU limit.
 
@@ -93,18 +105,24 @@ Method queries
   state_signature RTMC §4.2: `file:OPS|...|T<passed runs>/<failed runs>`, files sorted, OPS the
                   sorted set of Vf (full view), V[b] (100-line bucket b = line // 100 viewed), S
                   (searched, or matched by a repository search), M:xxxx / I:xxxx (replace / pure
-                  insertion, 4 hex of md5(old text + "\\0" + new text)). Order-invariant, so
+                  insertion, 4 hex of md5(old text + "\\0" + new text) of the change: the edited
+                  range and its new lines without the lines they share at either end, so edits
+                  with the same effect hash alike; `edit_change`). Order-invariant, so
                   equivalent histories match at any depth; first visit is explicit: the k-th
                   revisit of a signature within an episode (a repeated view, an invalid turn)
                   appends "#k", so no signature repeats within an episode.
-  action_signature the canonical text (the protocol of environments/base.py, which PRM replays
-                  and PATR's repeat detection read); `action_signatures="rtmc"` gives RTMC
-                  §4.1's `category:scope@target` instead: view:full@f / view:partial[b0-b1]@f,
-                  search:<hash>@f (or @*), modify:replace|insert:<hash>@f (hash of the line range
-                  and new text: the signature reads no state, and within a state that fixes the old
-                  text), test:all / test:NAME, finish. The result suffix (:ok / :error) is left out:
-                  the environment is deterministic, so a test run's result is a function of the
-                  state, and the next state's flags record it.
+  action_signature the canonical text of the action with its path normalised (`./a.py` is
+                  `a.py`: one transition, one signature; the protocol of environments/base.py,
+                  which PRM replays and PATR's repeat detection read); `action_signatures="rtmc"`
+                  gives RTMC §4.1's `category:scope@target[:result]` instead: view:full@f /
+                  view:partial[b0-b1]@f, search:<hash>@f (or @*), modify:replace|insert:<hash>@f
+                  (the state's M:/I: hash of the change, old and new text), test:all:ok /
+                  test:NAME:error (:ok when every selected test passed, :error otherwise or when a
+                  limit stopped the run), finish. Signatures are read after the step (the
+                  `action_signature` label, jaxtree/rollout/labels.py): the turn just played gives
+                  its change and its result; an action not yet played has no result suffix, and an
+                  edit is hashed from the state it would meet (without an episode, from its range
+                  and new text).
   canonical_state a digest of the files, the lines seen and whether tests ran since the last edit.
 
 Parameters: split="train", two_file=0.0, operators=None (all of mini_swe_mutations.OPERATORS),
@@ -133,6 +151,7 @@ import numpy as np
 from environments import mini_swe_mutations as mutations
 from environments import mini_swe_tasks as tasks
 from environments.base import TextEnv, is_int
+from environments.mini_swe_inprocess import run_in_process
 from environments.mini_swe_sandbox import Sandbox, Workspace
 
 KINDS = ("view", "search", "edit", "run_tests", "submit")
@@ -246,6 +265,32 @@ class _RunCache:
 _RUNS = _RunCache()
 
 
+_CAUGHT: dict[tuple, dict] = {}
+_CAUGHT_LOCK = threading.Lock()
+
+
+def _caught_mutations(task: tasks.Task) -> dict[str, list]:
+    """mini_swe_mutations.by_operator(task) without the mutations every hidden case passes:
+    `submit` pays on the hidden cases alone, so such a bug would pay unrepaired (checked in
+    process, once per task and process; the bank has none, tests/test_mini_swe.py)."""
+    key = (task.name, task.files, repr(task.hidden))
+    if key not in _CAUGHT:
+        with _CAUGHT_LOCK:
+            if key not in _CAUGHT:
+                source = task.sources[task.target]
+                _CAUGHT[key] = {op: kept for op, kept in (
+                    (op, [(m, failing) for m, failing in found
+                          if _fails_hidden(task, {**task.sources, task.target: m.apply(source)})])
+                    for op, found in mutations.by_operator(task).items()) if kept}
+    return _CAUGHT[key]
+
+
+def _fails_hidden(task: tasks.Task, sources: dict[str, str]) -> bool:
+    """Some hidden case fails on `sources` (a value, or a loop: in the sandbox a limit stops it)."""
+    outcome = run_in_process(task, sources, hidden=True)
+    return bool(outcome.hidden_failed or outcome.looped)
+
+
 @functools.lru_cache(maxsize=16)
 def _task_directory(path: str) -> dict[str, tuple[tasks.Task, ...]]:
     """A task directory's tasks, read and checked once per process (every environment of a run
@@ -337,6 +382,7 @@ class MiniSWE(TextEnv):
         self._unvalidated = False   # an edit not yet followed by a passing run
         self._output: str | None = None
         self._step: dict = {}
+        self._played: tuple | None = None  # (command, edit change, test result) of the last turn
         self._edits = 0
         self._test_runs = 0
 
@@ -369,6 +415,7 @@ class MiniSWE(TextEnv):
         self._unvalidated = False
         self._output = None
         self._step = {}
+        self._played = None
         self._edits = 0
         self._test_runs = 0
         self._visit_state()
@@ -385,12 +432,13 @@ class MiniSWE(TextEnv):
             pool = singles
         for _ in range(1000):
             task = self._tasks[pool[int(self.rng.integers(len(pool)))]]
-            available = mutations.by_operator(task)
+            available = _caught_mutations(task)
             operators = [op for op in self.operators if op in available]
             if operators:
                 break
         else:
-            raise ValueError(f"no module of {pool} has a mutation of operators {self.operators}")
+            raise ValueError(f"no module of {pool} has a mutation of operators {self.operators} "
+                             "that its hidden cases catch")
         operator = operators[int(self.rng.integers(len(operators)))]
         mutation, failing = available[operator][int(self.rng.integers(len(available[operator])))]
         return task, mutation, failing
@@ -544,11 +592,27 @@ class MiniSWE(TextEnv):
         return "submit"
 
     def action_signature(self, action) -> str:
-        """The canonical text (default), or RTMC §4.1's signature with
-        action_signatures="rtmc" (module docstring)."""
-        if self.action_signatures == "text" or action is None or not self._is_action(action):
+        """The canonical text of the action with its path normalised (default), or RTMC §4.1's
+        signature with action_signatures="rtmc", read in the state after the action's step
+        (module docstring)."""
+        if action is None or not self._is_action(action):
             return super().action_signature(action)
-        return rtmc_action_signature(action)
+        action = self._normalized(action)
+        if self.action_signatures == "text":
+            return self._format_action(action)
+        if self._ready and self._played is not None and self._played[0] == action:
+            return rtmc_action_signature(action, *self._played[1:])
+        change = None
+        if action.kind == "edit" and self._ready and self._is_legal_safe(action):
+            change = edit_change(self._files[self._name(action.path)], action.start, action.end,
+                                 action.text)
+        return rtmc_action_signature(action, change)
+
+    @staticmethod
+    def _normalized(action: Command) -> Command:
+        if action.path is None or normal_path(action.path) == action.path:
+            return action
+        return dataclasses.replace(action, path=normal_path(action.path))
 
     # ------------------------------------------------------------------ paths
 
@@ -635,6 +699,7 @@ class MiniSWE(TextEnv):
         else:
             self._output = f"Error: {self._illegal_reason(action) or 'illegal command'}"
         self._step = {}
+        self._played = None
         text = None if action is None else self._format_action(action)
         self._record(_Turn(text, None if action is None else action.kind, False, False, False,
                            False, None, False, False))
@@ -646,6 +711,7 @@ class MiniSWE(TextEnv):
 
     def _apply(self, action: Command) -> tuple[float, bool, bool]:
         self._step = {}
+        self._played = (self._normalized(action), None, None)
         kind = action.kind
         text = self._format_action(action)
         if kind == "view":
@@ -665,11 +731,18 @@ class MiniSWE(TextEnv):
             result, seconds = self._run(select=action.text, hidden=False)
             self._test_runs += 1
             ok = result.all_passed
+            self._played = (self._normalized(action), None, ok)
             passed_runs, failed_runs = self._test_counts
             self._test_counts = (passed_runs + ok, failed_runs + (not ok))
-            validation = ok and self._unvalidated
-            if ok:
-                self._unvalidated = False
+            validation = False
+            if ok and self._unvalidated:
+                # The visible run's counts are what the code under test reports (it can forge
+                # them); the shaping bonus is paid only when the host's verdict on the hidden
+                # cases agrees, so no printed report earns it.
+                verdict, verify_seconds = self._run(select=None, hidden=True)
+                seconds += verify_seconds
+                validation = verdict.all_cases_passed
+                self._unvalidated = not validation
             if result.limit not in ("timeout", "cpu"):
                 self._tested = True
             self._step = {"sandbox": result.limit, "validation": validation,
@@ -682,14 +755,15 @@ class MiniSWE(TextEnv):
             return 0.0, False, False
         # submit
         result, seconds = self._run(select=None, hidden=True)
-        success = result.all_passed
+        success = result.all_cases_passed
+        passed = sum(result.cases)
+        failed = len(self.task.hidden) - passed
         self._step = {"sandbox": result.limit, "validation": False,
-                      "tests_passed": result.passed, "tests_failed": result.failed,
+                      "tests_passed": passed, "tests_failed": failed,
                       "subprocess_seconds": seconds}
         verdict = "all hidden tests passed" if success else "the hidden tests did not pass"
         limit = f" (stopped by the sandbox: {result.limit})" if result.limit else ""
-        self._output = (f"Submitted: {verdict}{limit} ({result.passed} passed, "
-                        f"{result.failed} failed).")
+        self._output = f"Submitted: {verdict}{limit} ({passed} passed, {failed} failed)."
         self._record(_Turn(text, kind, True, False, False, False, None, False,
                            result.limit is not None))
         return (1.0 if success else 0.0), True, success
@@ -746,8 +820,7 @@ class MiniSWE(TextEnv):
     def _edit(self, action: Command) -> str:
         name = self._name(action.path)
         before = self._files[name]
-        lines = _lines(before)
-        old = "\n".join(lines[action.start - 1:action.end])
+        change = edit_change(before, action.start, action.end, action.text)
         after = _apply_edit(before, action.start, action.end, action.text)
         self._files[name] = after
         self._write(name, after)
@@ -755,8 +828,8 @@ class MiniSWE(TextEnv):
         self._tested = False
         self._unvalidated = True
         self._seen[name] = frozenset()
-        tag = "I" if action.end == action.start - 1 else "M"
-        self._add_ops(name, {f"{tag}:{_h4(old + chr(0) + action.text)}"})
+        self._add_ops(name, {f"{change[0]}:{_change_hash(change)}"})
+        self._played = (self._normalized(action), change, None)
         new_count = len(action.text.split("\n")) if action.text else 0
         removed = action.end - action.start + 1
         new_lines = _lines(after)
@@ -776,14 +849,14 @@ class MiniSWE(TextEnv):
         """The tests' result and the seconds spent in the sandbox's subprocess for it (0 when
         an identical run was cached)."""
         task = self.task
-        if hidden:
+        if hidden:  # the hidden cases alone: the visible test file plays no part in the verdict
             files = {name: self._files[name] for name in task.source_files}
-            files[task.test_file] = task.sources[task.test_file]
             cases = [(task.main,) + tuple(case) for case in task.hidden]
+            tests = []
         else:
             files = dict(self._files)
             cases = []
-        tests = [task.test_file[:-3]]
+            tests = [task.test_file[:-3]]
         key = None
         if self.cache_runs:
             digest = hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest()
@@ -1052,21 +1125,65 @@ class MiniSWE(TextEnv):
                 "subprocess_seconds": self._step.get("subprocess_seconds", 0.0)}
 
 
-def rtmc_action_signature(action: Command) -> str:
-    """RTMC §4.1's `category:scope@target` of a command (module docstring)."""
+def rtmc_action_signature(action: Command, change: tuple[str, str, str] | None = None,
+                          passed: bool | None = None) -> str:
+    """RTMC §4.1's `category:scope@target[:result]` of a command (module docstring). `change`:
+    an edit's (tag, old text, new text) (`edit_change`), known from the state it meets; without
+    it the edit is hashed by its range and new text. `passed`: a test run's result, known after
+    it (None: no result suffix)."""
     kind = action.kind
+    path = normal_path(action.path) if action.path is not None else None
     if kind == "view":
         if action.start is None:
-            return f"view:full@{action.path}"
+            return f"view:full@{path}"
         b0, b1 = action.start // 100, action.end // 100
         buckets = f"{b0}" if b0 == b1 else f"{b0}-{b1}"
-        return f"view:partial[{buckets}]@{action.path}"
+        return f"view:partial[{buckets}]@{path}"
     if kind == "search":
-        return f"search:{_h4(action.text)}@{action.path or '*'}"
+        return f"search:{_h4(action.text)}@{path or '*'}"
     if kind == "edit":
-        scope = "insert" if action.end == action.start - 1 else "replace"
-        return (f"modify:{scope}:{_h4(f'{action.start}-{action.end}' + chr(10) + action.text)}"
-                f"@{action.path}")
+        if change is None:
+            scope = "insert" if action.end == action.start - 1 else "replace"
+            digest = _h4(f"{action.start}-{action.end}" + chr(10) + action.text)
+        else:
+            scope = "insert" if change[0] == "I" else "replace"
+            digest = _change_hash(change)
+        return f"modify:{scope}:{digest}@{path}"
     if kind == "run_tests":
-        return f"test:{action.text or 'all'}"
+        result = "" if passed is None else (":ok" if passed else ":error")
+        return f"test:{action.text or 'all'}{result}"
     return "finish"
+
+
+def normal_path(path: str) -> str:
+    """A repository path without `.` components and repeated slashes (`./a.py` -> `a.py`), so
+    that one file has one name in signatures; a path that names no repository file (absolute,
+    `~`, backslashes, `..`) stays as written."""
+    parts = path.split("/")
+    if path.startswith(("/", "~")) or "\\" in path or ".." in parts:
+        return path
+    return "/".join(p for p in parts if p not in ("", ".")) or path
+
+
+def edit_change(before: str, start: int, end: int, new: str) -> tuple[str, str, str]:
+    """What an edit of lines start..end of `before` into `new` changes: (tag, old text, new
+    text) with the lines the two sides share at their start and end left out, so that edits
+    with the same effect have the same change; tag "I" for a pure insertion, else "M"."""
+    old_lines = _lines(before)[start - 1:end]
+    new_lines = new.split("\n") if new else []
+    head = 0
+    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while (tail < min(len(old_lines), len(new_lines)) - head
+           and old_lines[-1 - tail] == new_lines[-1 - tail]):
+        tail += 1
+    old = old_lines[head:len(old_lines) - tail]
+    added = new_lines[head:len(new_lines) - tail]
+    return ("I" if added and not old else "M"), "\n".join(old), "\n".join(added)
+
+
+def _change_hash(change: tuple[str, str, str]) -> str:
+    """RTMC §4.2's 4 hex of md5(old text + "\\0" + new text), for the state's M:/I: op and the
+    action's modify hash alike."""
+    return _h4(change[1] + chr(0) + change[2])

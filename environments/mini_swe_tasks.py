@@ -9,12 +9,16 @@ or `_` are skipped). A task subdirectory holds:
   test_*.py    exactly one visible test file of assert-style `test*` functions;
   task.json    optional settings: {"main": "<module the tests import>", "target": "<file the
                bug goes into>", "hidden": [["<function of main>", [args...], expected], ...],
-               "split": "train" | "test"}. Defaults: the single source file, main's file, no
-               hidden cases (`submit` then runs the visible tests only), "train";
-  hidden.txt   optional, instead of task.json's "hidden": one hidden case per line, a Python
-               literal `("<function of main>", (args...), expected)`; blank lines and lines
-               starting with `#` are skipped. Hidden cases compare types exactly, and JSON has
-               no tuples (nor sets, nor non-string dict keys): write such cases here.
+               "split": "train" | "test"}. Defaults: the single source file, main's file, "train";
+  hidden.txt   instead of task.json's "hidden": one hidden case per line, a Python literal
+               `("<function of main>", (args...), expected)`; blank lines and lines starting
+               with `#` are skipped. Hidden cases compare types exactly, and JSON has no tuples
+               (nor sets, nor non-string dict keys): write such cases here.
+
+At least one hidden case is required: `submit` pays on the hidden cases alone (their expected
+values never enter the sandbox, so code under test cannot forge them; the visible tests run in
+the sandbox and can), and the environment never plants a mutation that every hidden case passes
+(mini_swe.py), so hidden cases that catch the bugs the mutation operators plant make more tasks.
 
 The task directory itself may hold `order.txt`: the task names, one per line (every task exactly
 once), the order tasks are listed and drawn in; without it, tasks are in name order. `reset(seed)`
@@ -154,6 +158,9 @@ def load_task(path: str) -> tuple[Task, str]:
     if split not in SPLIT_NAMES:
         raise _task_error(path, f"split={split!r}: expected 'train' or 'test'")
     hidden = _hidden_cases(path, settings)
+    if not hidden:
+        raise _task_error(path, f"no hidden case: submit pays on the hidden cases alone (give "
+                                f"them in {HIDDEN_FILE} or {TASK_FILE}'s \"hidden\")")
     ordered = tuple((n, files[n]) for n in _import_order(path, {n: files[n] for n in sources}))
     ordered += ((test_files[0], files[test_files[0]]),)
     task = Task(name, ordered, main, target, test_files[0], hidden, len(sources) > 1)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from environments import mini_swe_inprocess as inprocess
 from environments import mini_swe_mutations as mutations
 from environments import mini_swe_tasks as tasks
 from environments.mini_swe import Command, MiniSWE, rtmc_action_signature, truncate
-from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, sweep_stale_roots
+from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, run_uids, sweep_stale_roots
 
 REPO = Path(__file__).parents[1]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -140,6 +141,48 @@ def test_every_task_fails_before_and_the_oracle_fix_passes_every_test():
     assert all(n >= 20 for n in counts.values()), counts
 
 
+def _hidden_failures(task, sources) -> int:
+    outcome = inprocess.run_in_process(task, sources, hidden=True)
+    return outcome.hidden_failed + outcome.looped  # a loop: in the sandbox, a limit stops it
+
+
+def test_the_hidden_cases_catch_every_planted_bug():
+    """`submit` pays on the hidden cases alone: for every task and every mutation the operators
+    can plant, at least one hidden case fails (in process, the trusted runner), and the
+    unmodified code passes them all; so the environment draws every kept mutation."""
+    for name, task in tasks.TASKS.items():
+        assert task.hidden and not _hidden_failures(task, task.sources), name
+        source = task.sources[task.target]
+        for mutation, _ in mutations.valid_mutations(task):
+            assert _hidden_failures(task, {**task.sources, task.target: mutation.apply(source)}), (
+                name, mutation.description)
+
+
+def test_a_task_needs_hidden_cases_that_catch_its_bugs(tmp_path):
+    """A task without hidden cases is refused; a mutation every hidden case passes is never
+    planted (it would pay unrepaired)."""
+    with pytest.raises(ValueError, match="no hidden case"):
+        tasks.load_task(str(_swap_task(tmp_path / "none", "swap_none")))
+    weak = '("swap", ((1, 1),), (1, 1))\n'  # swapping equal items: blind to most bugs
+    _swap_task(tmp_path / "weak", "swap_weak", hidden_txt=weak)
+    env = make(task_dir=str(tmp_path / "weak"))
+    env.reset(0)
+    task, source = env.task, env.task.sources[env.task.target]
+    blind = {m for m, _ in mutations.valid_mutations(task)
+             if not _hidden_failures(task, {**task.sources, task.target: m.apply(source)})}
+    assert blind and len(blind) < len(mutations.valid_mutations(env.task))
+    for seed in range(30):
+        env.reset(seed)
+        assert env.mutation not in blind
+    strong = weak + '("swap", ((1, 2),), (2, 1))\n'
+    _swap_task(tmp_path / "strong", "swap_strong", hidden_txt=strong)
+    env = make(task_dir=str(tmp_path / "strong"))
+    for seed in range(3):
+        env.reset(seed)
+        assert oracle_play(env)[-1]["success"]
+    env.close()
+
+
 def test_mutations_are_single_sites_of_their_operator():
     task = tasks.TASKS["wordwrap"]
     source = task.sources[task.target]
@@ -242,20 +285,27 @@ def _hostile_turn(env, code, expected):
     assert not env.done
 
 
-def _sandbox_processes():
+def _sandbox_processes(deadline: float = 2.0) -> list[str]:
+    """Processes of this process's runs (a uid of `run_uids()`, read from /proc/<pid>/status:
+    zombies included) that still exist after up to `deadline` seconds."""
     if not IS_ROOT:
         return []
-    out = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid >= 1_000_000:
-                    with open(f"/proc/{entry.name}/stat", "rb") as f:
-                        if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                            out.append(entry.name)
-            except (OSError, IndexError):
-                pass
-    return out
+    uids = run_uids()
+    end = time.monotonic() + deadline
+    while True:
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/status") as f:
+                        uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+                except (OSError, ValueError, IndexError, StopIteration):
+                    continue
+                if uid in uids:
+                    found.append(entry.name)
+        if not found or time.monotonic() > end:
+            return found
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
@@ -290,16 +340,20 @@ def test_kernel_layers_contain_hostile_code_without_the_audit_hook(case, expecte
     assert info["valid"] and reward == 0.0 and not done
     assert info["sandbox"] == expected, observation
     assert Path(sentinel, "keep.txt").read_text() == "keep"
-    if case == "socket":  # refused by the kernel (namespace / Landlock), not by Python
-        assert re.search(r"Errno (101|13)|Network is unreachable|Permission denied", observation)
+    if case == "socket":  # refused by the kernel (seccomp, namespace, Landlock), not by Python
+        assert re.search(r"Errno (1|101|13)\]|Network is unreachable|not permitted", observation)
     assert not _sandbox_processes()
 
 
 def test_isolation_layers_in_effect_are_named():
-    layers = Sandbox().isolation()
-    assert "rlimits" in layers and "audit-strict" in layers
+    """isolation() names kernel-enforced layers only; the audit hook is diagnostics."""
+    sandbox = Sandbox()
+    layers = sandbox.isolation()
+    assert "rlimits" in layers and not any(layer.startswith("audit") for layer in layers)
+    assert sandbox.diagnostics() == ("audit-strict",)
+    assert Sandbox(strict=False).diagnostics() == ("audit",)
     if IS_ROOT and sys.platform.startswith("linux"):
-        assert "netns" in layers  # root may always unshare the network
+        assert {"netns", "pidns"} <= set(layers)  # root may always unshare these
 
 
 def test_hidden_cases_compare_exact_types():
@@ -499,6 +553,75 @@ def test_action_signatures():
         "modify:insert:")
     assert edit != rtmc_action_signature(Command("edit", "a.py", 3, 3, "x = 2"))
     assert rtmc.action_signature(None) == rtmc.action_signature(("view", "a.py")) == "<invalid>"
+
+
+@pytest.mark.parametrize("mode", ["text", "rtmc"])
+def test_one_file_has_one_signature_however_its_path_is_written(mode):
+    """`view ./a.py` and `view a.py` are one transition: one action signature (both modes), one
+    next state."""
+    for plain, written in [("view scaling.py 1 5", "view ./scaling.py 1 5"),
+                           ("view scaling.py", "view .//scaling.py"),
+                           ("search clamp scaling.py", "search clamp ./scaling.py"),
+                           ("edit scaling.py 1 0\n# a note", "edit ./scaling.py 1 0\n# a note")]:
+        signatures, states = [], []
+        for text in (plain, written):
+            env = make(module="scaling", action_signatures=mode)
+            env.reset(0)
+            action = env.parse_action(text)
+            assert env.step(text)[3]["valid"], text
+            signatures.append(env.action_signature(action))
+            states.append(env.state_signature())
+        assert signatures[0] == signatures[1] and states[0] == states[1], (text, signatures)
+    env = make(action_signatures=mode)  # illegal paths keep their spelling
+    assert "/etc/passwd" in env.action_signature(Command("view", "/etc/passwd"))
+
+
+def test_a_test_run_signature_carries_its_result():
+    """RTMC §4.1: test actions end in :ok / :error, read from the state after the step (as the
+    rollout's `action_signature` label is); an unplayed run has no result yet."""
+    from jaxtree.rollout.labels import TurnLabeler
+    labeler = TurnLabeler(("action_signature",))
+    env = make(module="scaling", operators=["wrong_constant"], action_signatures="rtmc")
+    env.reset(0)
+    run = env.parse_action("run_tests")
+    assert env.action_signature(run) == "test:all"
+    info = env.step("run_tests")[3]
+    assert info["tests_failed"] == 1
+    assert labeler.after_step(env, run, info, ()) == {"action_signature": "test:all:error"}
+    env.step(env.answer_text(env.oracle_action()))  # view
+    env.step(env.answer_text(env.oracle_action()))  # the fix
+    info = env.step("run_tests")[3]
+    assert info["tests_failed"] == 0
+    assert labeler.after_step(env, run, info, ()) == {"action_signature": "test:all:ok"}
+    one = env.parse_action("run_tests test_percent")
+    env.step("run_tests test_percent")
+    assert env.action_signature(one) == "test:test_percent:ok"
+    assert make(action_signatures="rtmc").action_signature(run) == "test:all"  # no episode
+
+
+def test_edits_with_the_same_effect_have_one_signature():
+    """An edit's RTMC hash covers the change's old and new text, as the state's M:/I: op does,
+    not the line range it was written with."""
+    def played(text):
+        env = make(module="scaling", operators=["wrong_constant"], action_signatures="rtmc")
+        env.reset(0)
+        action = env.parse_action(text)
+        before = env.action_signature(action)  # from the state the edit meets
+        env.step(text)
+        return before, env.action_signature(action), env.state_signature(), env._files
+
+    fix = "    return round(100 * part / whole, digits)"
+    narrow = played(f"edit scaling.py 21 21\n{fix}")
+    wide = played(f"edit scaling.py 20 21\n        return 0.0\n{fix}")
+    assert narrow[3] == wide[3]  # the same effect
+    assert narrow[0] == narrow[1] == wide[0] == wide[1]
+    assert narrow[2] == wide[2]
+    digest = re.fullmatch(r"modify:replace:([0-9a-f]{4})@scaling\.py", narrow[1]).group(1)
+    assert f"scaling.py:M:{digest}" in narrow[2]  # the action's hash is the state's
+    other = played("edit scaling.py 21 21\n    return round(10 * part / whole, digits)")
+    assert other[1] != narrow[1] and other[2] != narrow[2]
+    inserted = played("edit scaling.py 20 20\n        return 0.0\n# a note")  # keeps line 20
+    assert inserted[1].startswith("modify:insert:") and ":I:" in inserted[2]
 
 
 # ---------------------------------------------------------------------- parsing and text
@@ -840,9 +963,11 @@ def _own_task(root, name, split="test", main=OWN_MAIN):
     (path / "unitprice.py").write_text(textwrap.dedent(OWN_HELPER))
     (path / "shop.py").write_text(textwrap.dedent(main))
     (path / "test_shop.py").write_text(textwrap.dedent(OWN_TESTS))
+    hidden = [["cheapest", [[["x", 8, 4]]], "x"],  # hidden cases that catch the helper's bugs
+              ["cheapest", [[["x", 4, 4], ["z", 6, 0]]], "z"],
+              ["cheapest", [[["x", 9, 2], ["y", 10, 3]]], "y"]]
     (path / "task.json").write_text(json.dumps({"main": "shop", "target": "unitprice.py",
-                                                "hidden": [["cheapest", [[["x", 8, 4]]], "x"]],
-                                                "split": split}))
+                                                "hidden": hidden, "split": split}))
     return path
 
 

@@ -2,7 +2,10 @@
 
 Layout: `<workdir>/checkpoints/<step>/{params, metadata}`. The metadata records the model
 architecture (`ModelConfig.to_dict()`), the tokenizer ('byte' or a directory), the job's config and
-package versions, so a checkpoint alone is enough to rebuild the policy.
+package versions, so a checkpoint alone is enough to rebuild the policy. A LoRA run's `params`
+are its float32 adapters, and its metadata's `lora` names the base they adapt (how to load it and
+its content hash, `jaxtree.models.lora.describe`): the base is never saved again, and a resume
+on another base is refused (`check_lora_base`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxtree.config import Section, option, positive
+from jaxtree.config import ConfigError, Section, option, positive
 from jaxtree.models.config import ModelConfig
 from jaxtree.parallel import distributed
 
@@ -48,6 +51,10 @@ class CheckpointConfig(Section):
 
 class CheckpointNotFoundError(FileNotFoundError):
     """No (complete) checkpoint where one was expected."""
+
+
+class BaseMismatchError(ValueError):
+    """A LoRA checkpoint whose base no longer has the content it was trained on."""
 
 
 class CheckpointCorruptError(ValueError):
@@ -222,9 +229,34 @@ def load_policy_checkpoint(path: str) -> tuple[ModelConfig, Any, str, dict]:
     params = _restore_newest(step_dir, params=ocp.args.StandardRestore(target))[1]["params"]
     # Onto this process's default device, whatever mesh saved them: a checkpoint of any device
     # or process count loads anywhere (the trainer reshards it onto its own mesh).
-    params = jax.device_put(jax.tree_util.tree_map(
-        lambda x: np.asarray(x).astype(config.weight_dtype), params))
+    # (LoRA adapters stay float32: they are merged into the base by `jaxtree.policy`)
+    dtype = np.float32 if "lora" in metadata else config.weight_dtype
+    params = jax.device_put(jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), params))
     return config, params, metadata.get("tokenizer", "byte"), metadata
+
+
+def check_lora_base(directory: str, saved: dict | None, expected: dict | None) -> None:
+    """ConfigError (one line, naming the field) unless checkpoints of `directory` whose metadata
+    `lora` is `saved` (None: the whole model was trained) can resume a run whose own is
+    `expected`: the same adapters' settings over a base of the same content hash."""
+    if saved is None and expected is None:
+        return
+    if saved is None or expected is None:
+        what = (f"LoRA adapters (rank {saved['rank']}) over {saved['base']['name']}" if saved
+                else "the whole model's parameters")
+        raise ConfigError("model.lora.rank", f"{expected['rank'] if expected else 0}: the "
+                          f"checkpoints in {directory} hold {what}; resume with the setting "
+                          "that wrote them, or start a new workdir")
+    settings = lambda r: (r["rank"], float(r["alpha"]), tuple(r["targets"]))  # noqa: E731
+    if settings(saved) != settings(expected):
+        raise ConfigError("model.lora", f"(rank, alpha, targets) {settings(expected)}: the "
+                          f"checkpoints in {directory} hold adapters {settings(saved)}")
+    if saved["base"]["sha256"] != expected["base"]["sha256"]:
+        raise ConfigError("model.name", f"the checkpoints in {directory} hold LoRA adapters for "
+                          f"the base {saved['base']['name']} (sha256 "
+                          f"{saved['base']['sha256'][:16]}), not for {expected['base']['name']} "
+                          f"(sha256 {expected['base']['sha256'][:16]}); resume on that base, or "
+                          "start a new workdir")
 
 
 class TrainCheckpointer:
@@ -280,11 +312,22 @@ class TrainCheckpointer:
             raise RuntimeError(f"orbax declined to save checkpoint {self.directory}/{step}")
         self._manager.wait_until_finished()
 
-    def restore(self, step: int, params_like, opt_state_like):
+    def restore(self, step: int, params_like, opt_state_like, lora: dict | None = None):
         """(params, opt_state, rng or None, trainer dict) of checkpoint `step`, placed like the
         given templates (arrays or ShapeDtypeStructs carrying their shardings): orbax reads the
         slices each of this process's devices needs, whatever mesh or number of processes saved
-        them. Raises CheckpointCorruptError naming the step and what failed."""
+        them. Raises CheckpointCorruptError naming the step and what failed, and ConfigError
+        when the checkpoint's LoRA record does not match `lora` (the run's `Policy.
+        lora_metadata()` entry; None for a run that trains the whole model)."""
+        step_dir = f"{self.directory}/{step}"
+        try:
+            _quiet_orphaned_reads()
+            saved = self._manager.restore(step, args=ocp.args.Composite(
+                metadata=ocp.args.JsonRestore()))["metadata"]
+        except Exception as e:  # noqa: BLE001 - orbax raises bare Exceptions for damaged files
+            raise CheckpointCorruptError(f"checkpoint {step_dir} is incomplete or corrupt: "
+                                         f"{_reason(e)}") from e
+        check_lora_base(step_dir, (saved or {}).get("lora"), lora)
         # In a multi-process job a process-local template (the warm start's) is read as a
         # replicated global array, then its copy on this process is taken.
         local = distributed.is_multiprocess() and all(
@@ -315,14 +358,16 @@ class TrainCheckpointer:
             params, opt_state = distributed.local_copy((params, opt_state))
         return params, opt_state, rng, out["trainer"]
 
-    def restore_latest(self, params_like, opt_state_like, report=print):
+    def restore_latest(self, params_like, opt_state_like, report=print,
+                       lora: dict | None = None):
         """(step, params, opt_state, rng, trainer) of the newest checkpoint that restores, or None
         when there is none. A damaged newer checkpoint is skipped with a line through `report`
-        naming it and why; when every one is damaged, CheckpointCorruptError lists them."""
+        naming it and why; when every one is damaged, CheckpointCorruptError lists them. `lora`:
+        as in `restore` (a checkpoint of another base is refused, not skipped)."""
         failures = []
         for step in self.resumable_steps():
             try:
-                return (step, *self.restore(step, params_like, opt_state_like))
+                return (step, *self.restore(step, params_like, opt_state_like, lora))
             except CheckpointCorruptError as e:
                 failures.append(str(e))
                 report(f"skipping {e}")

@@ -261,10 +261,38 @@ def minibatch(tokens, action_mask, old_logprobs, advantages, ref_logprobs,
     return Minibatch(tokens, action_mask, old_logprobs, advantages, weights, ref_logprobs)
 
 
+def needed_widths(action_mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """int[B]: the columns each row's loss needs, one past its last action token (or nonzero
+    weight); 0 for a row with none. Later columns cannot change the scores of earlier tokens."""
+    used = np.asarray(action_mask, bool)
+    if weights is not None:
+        used = used | (np.asarray(weights) != 0)
+    last = used.shape[1] - np.argmax(used[:, ::-1], axis=1)
+    return np.where(used.any(axis=1), last, 0)
+
+
+def take_rows(x: np.ndarray, index: np.ndarray, width: int, zero_fillers: bool) -> np.ndarray:
+    """The rows `index` of a host array [B, T] cut to `width` columns (padded if narrower);
+    rows with index -1 repeat row 0, zeroed when `zero_fillers`."""
+    filler = index < 0
+    x = np.asarray(x)[np.where(filler, 0, index), :width]
+    if x.shape[1] < width:
+        x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+    return np.where(filler[:, None], np.zeros((), x.dtype), x) if zero_fillers else x
+
+
+def take_micro_batch(batch: Minibatch, index: np.ndarray, width: int) -> Minibatch:
+    """The rows `index` of `batch` (host arrays) cut to `width` columns; rows with index -1
+    become fillers without action tokens or weight."""
+    return Minibatch(*(take_rows(x, index, width, zero_fillers=name != "tokens")
+                       for name, x in zip(Minibatch._fields, batch)))
+
+
 def minibatch_loss(model_config: ModelConfig, config: LossConfig, memory: TrainingMemory,
                    params, mb: Minibatch):
-    """(loss, sums of `policy_loss`) of a (micro-)batch under `params`. The entropy and the KL
-    to the reference are reported even when they are not in the loss."""
+    """(loss, sums of `policy_loss`) of a (micro-)batch under `params` (a parameter tree, or
+    `LoraParams`). The entropy is reported even when it is not in the loss; the KL to the
+    reference only when it is (kl_coef > 0: otherwise there is no reference forward)."""
     logprobs, entropy, _ = token_scores(model_config, params, mb.tokens, memory)
     return loss_of_scores(config, logprobs, entropy, mb)
 
@@ -312,7 +340,6 @@ def loss_of_scores(config: LossConfig, logprobs, entropy, mb: Minibatch):
         entropy_coef=config.entropy_coef)
     if not use_entropy:  # still report the policy's entropy
         sums["entropy_sum"] = (jax.lax.stop_gradient(entropy) * mb.action_mask).sum()
-    if not use_kl:
-        kl = kl_k3(jax.lax.stop_gradient(logprobs), mb.ref_logprobs)
-        sums["kl_sum"] = (kl * mb.action_mask).sum()
+    # Without the KL term no reference forward runs (the trainer passes zeros as its log-probs),
+    # so the KL is not measured: kl_sum stays 0, and train/kl reads 0.
     return loss, sums

@@ -1,9 +1,15 @@
 """Resolving a `--model` / `--checkpoint` argument or the `model` config section into a policy
-(architecture, params, tokenizer)."""
+(architecture, params, tokenizer).
+
+A LoRA run's checkpoint holds adapters and names its base (`jaxtree.models.lora.describe`):
+`load_policy` loads that base again, checks it is the same (its content hash), and returns the
+merged model, so every job that loads a policy (evaluate, sample, serve, export, the RL run
+after a LoRA warm start) sees base + adapters."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -12,12 +18,14 @@ import jax
 from jaxtree import models
 from jaxtree.config import ConfigError, Section, non_negative, one_of, option
 from jaxtree.models.gguf_io import is_gguf_path
+from jaxtree.models.lora import LoraConfig, LoraParams, content_hash, describe, merge
 from jaxtree.models.named import NAMED_MODELS, resolve_named_model
 from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
-from jaxtree.checkpoints import (CHECKPOINTS, CheckpointNotFoundError, is_policy_checkpoint,
-                                 load_policy_checkpoint, read_policy_metadata, workdir_of)
+from jaxtree.checkpoints import (CHECKPOINTS, BaseMismatchError, CheckpointNotFoundError,
+                                 is_policy_checkpoint, load_policy_checkpoint,
+                                 read_policy_metadata, workdir_of)
 
 # Where a job keeps a copy of its policy's Hugging Face tokenizer (relative to the workdir), so
 # its checkpoints stay loadable when the base model moves or is deleted.
@@ -31,6 +39,21 @@ class Policy:
     tokenizer: Tokenizer
     source: str  # 'random init (preset NAME, seed S)' or the checkpoint directory
     tokenizer_spec: str = "byte"  # 'byte' or the tokenizer directory (recorded in checkpoints)
+    # train LoRA adapters over `params` instead of `params` themselves (ModelSpec.load(training=
+    # True) with model.lora.rank > 0); None: the whole model trains
+    lora: LoraConfig | None = None
+    # how `load_policy` finds these params again: {'name': preset or absolute path, 'init_seed'
+    # (presets)}, and 'sha256' (the identity of a merged LoRA checkpoint)
+    origin: dict = dataclasses.field(default_factory=dict)
+
+    def base_record(self) -> dict:
+        """These params as a LoRA base: how to load them and their content hash."""
+        return {**self.origin, "param_dtype": self.config.param_dtype,
+                "sha256": self.origin.get("sha256") or content_hash(self.params)}
+
+    def lora_metadata(self) -> dict:
+        """{'lora': settings and base} for the checkpoints of a LoRA run, {} otherwise."""
+        return {} if self.lora is None else {"lora": describe(self.lora, self.base_record())}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +76,7 @@ class ModelSpec(Section):
                                "in the losses, recomputed in the backward pass (0 = all at "
                                "once; 256 keeps a 49k vocabulary's logits small)",
                                check=non_negative())
+    lora: LoraConfig = LoraConfig()
 
     def training_memory(self) -> TrainingMemory:
         """The remat / logits-chunk trade-offs of the update and warm-start steps."""
@@ -76,15 +100,20 @@ class ModelSpec(Section):
         this section's dtypes; `training`: a job that updates the parameters, which keeps them
         in float32 unless `param_dtype` says otherwise (bfloat16 computation on an accelerator
         still applies). A `name` that names nothing is a ConfigError naming `model.name`;
-        errors of an explicit `spec` propagate as they are."""
+        errors of an explicit `spec` propagate as they are. With `model.lora.rank` > 0 a
+        training job's policy is a frozen base (stored in `lora.base_dtype` when given) whose
+        adapters train (`Policy.lora`)."""
+        lora = self.lora if training and self.lora.enabled else None
+        param_dtype = self.param_dtype or ("float32" if training else None)
         dtypes = dict(dtype=self.dtype or None, seed=self.init_seed,
-                      param_dtype=self.param_dtype or ("float32" if training else None))
+                      param_dtype=(lora and lora.base_dtype) or param_dtype)
         if spec is not None:
-            return load_policy(spec, **dtypes)
+            return dataclasses.replace(load_policy(spec, **dtypes), lora=lora)
         try:
-            return load_policy(self.name, **dtypes)
+            policy = load_policy(self.name, **dtypes)
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError("model.name", f"{self.name!r}: {e}") from e
+        return dataclasses.replace(policy, lora=lora)
 
 
 def load_policy_tokenizer(spec: str) -> Tokenizer:
@@ -123,20 +152,48 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0,
             raise ValueError(f"preset {spec!r} has no built-in tokenizer; load a checkpoint directory "
                              "with its tokenizer files instead")
         params = models.init_params(config, jax.random.key(seed))
-        return Policy(config, params, ByteTokenizer(), f"random init (preset {spec}, seed {seed})")
+        return Policy(config, params, ByteTokenizer(), f"random init (preset {spec}, seed {seed})",
+                      origin={"name": spec, "init_seed": seed})
+    origin = {"name": os.path.abspath(spec)}
     if os.path.isdir(spec) and is_policy_checkpoint(spec):
-        config, params, tokenizer_spec, _ = load_policy_checkpoint(spec)
+        config, params, tokenizer_spec, metadata = load_policy_checkpoint(spec)
         tokenizer_spec = _checkpoint_tokenizer(spec, tokenizer_spec)
+        if "lora" in metadata:
+            params, origin["sha256"] = _merged_adapters(spec, config, params, metadata["lora"],
+                                                        param_dtype or dtype or "")
         if dtype is not None or param_dtype is not None:
             config = config.replace(dtype=dtype or config.dtype,
                                     param_dtype=param_dtype or dtype or config.param_dtype)
             params = jax.tree_util.tree_map(lambda x: x.astype(config.weight_dtype), params)
-        return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec)
+        return Policy(config, params, load_tokenizer(tokenizer_spec), spec, tokenizer_spec,
+                      origin=origin)
     _refuse_workdir_without_checkpoint(spec)
     if os.path.isdir(spec) or is_gguf_path(spec):
         config, params = models.load_pretrained(spec, dtype=dtype, param_dtype=param_dtype)
-        return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec))
+        return Policy(config, params, HFTokenizer(spec), spec, os.path.abspath(spec),
+                      origin=origin)
     raise ValueError(_not_a_policy(spec))
+
+
+def _merged_adapters(checkpoint: str, config: models.ModelConfig, adapters, record: dict,
+                     dtype: str) -> tuple[dict, str]:
+    """(base + adapters merged, their identity) of a LoRA checkpoint whose metadata `record`
+    names its base; BaseMismatchError when that base no longer has the recorded content. The
+    identity hashes the base's hash, the adapters' bytes and the dtype the caller casts the
+    result to, not the merged bytes: it does not depend on the merge's rounding here."""
+    base_record = record["base"]
+    base = load_policy(base_record["name"], dtype=config.dtype,
+                       seed=base_record.get("init_seed", 0), param_dtype=base_record["param_dtype"])
+    found = base.base_record()["sha256"]
+    if found != base_record["sha256"]:
+        raise BaseMismatchError(
+            f"checkpoint {checkpoint} holds LoRA adapters for the base {base_record['name']} "
+            f"(sha256 {base_record['sha256'][:16]}), whose content is now another "
+            f"(sha256 {found[:16]})")
+    lora = LoraConfig(rank=record["rank"], alpha=record["alpha"], targets=tuple(record["targets"]))
+    merged = merge(LoraParams(base.params, adapters, lora.scale), config.compute_dtype)
+    identity = f"{found}:{content_hash(adapters)}:{lora.scale!r}:{dtype}"
+    return merged, hashlib.sha256(identity.encode()).hexdigest()
 
 
 def _checkpoint_tokenizer(checkpoint: str, spec: str) -> str:

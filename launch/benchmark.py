@@ -13,6 +13,8 @@
     python -m launch.benchmark credit --rows=4096 --turns=16
     python -m launch.benchmark mc_values --policy=/tmp/tictactoe_sft --env=tictactoe --continuations=4
     python -m launch.benchmark trees --policy=/tmp/fl_sft --env=frozen_lake
+    python -m launch.benchmark prefix_update --batch_files=/tmp/fl_run/batches/step_1.npz
+    python -m launch.benchmark prefix_update --synthetic=configs/frozen_lake_grpo.py
 
 Each benchmark prints a Markdown table comparing against a baseline measured in the same run and
 writes the raw numbers (every repeat, machine description) as JSON.
@@ -27,7 +29,7 @@ from absl import flags
 from launch.common import fail, run_app
 
 _BENCHMARKS = ("sampler", "envs", "rollout", "train", "update_lengths", "latr", "credit",
-               "mc_values", "trees")
+               "mc_values", "trees", "prefix_update")
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "small-25m"],
                             "Model presets (random init) or policies to benchmark, e.g. "
@@ -85,6 +87,16 @@ _TREE_SLOTS = flags.DEFINE_integer("tree_slots", 256, "trees: engine slots.")
 _TREE_CONTEXT = flags.DEFINE_integer("tree_context_length", 512, "trees: tokens per slot.")
 _TREE_TURNS = flags.DEFINE_integer("tree_max_turns", 10, "trees: turns per episode (PATR: 10).")
 _TREE_INTERVAL = flags.DEFINE_integer("tree_interval", 5, "trees: PATR's K (FrozenLake: 5).")
+_SAVED_BATCHES = flags.DEFINE_list("batch_files", [], "prefix_update: batches the trainer "
+                                   "saved (train.save_batches: <workdir>/batches/step_<n>.npz).")
+_SYNTHETIC = flags.DEFINE_string("synthetic", None, "prefix_update: instead of saved batches, "
+                                 "random groups sharing a prompt on this config file's model "
+                                 "(the break-even of train.prefix_sharing='auto').")
+_SYNTHETIC_OVERRIDES = flags.DEFINE_string("synthetic_overrides", "{}", "prefix_update "
+                                           "--synthetic: JSON of dotted config fields -> values.")
+_PROMPT_SHARES = flags.DEFINE_list("prompt_shares", ["0", "0.25", "0.5", "0.75", "0.9"],
+                                   "prefix_update --synthetic: shares of each row that are "
+                                   "its group's prompt.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path (default "
                               "benchmark_results/<name>.json).")
 
@@ -166,6 +178,36 @@ def main(argv):
         trees.run(_POLICY.value, _ENV.value, _env_options(), _GROUPS.value,
                   _GROUP_SIZE.value, _TREE_SLOTS.value, _TREE_CONTEXT.value, _ACTION_TOKENS.value,
                   _TREE_TURNS.value, _TREE_INTERVAL.value, _REPEATS.value, output)
+
+    elif name == "prefix_update":
+        _prefix_update(output)
+
+
+def _prefix_update(output: str) -> None:
+    import os  # noqa: PLC0415
+
+    from launch.benchmarks import prefix_update  # noqa: PLC0415
+
+    if _SYNTHETIC.value:
+        try:
+            overrides = json.loads(_SYNTHETIC_OVERRIDES.value)
+            shares = [float(s) for s in _PROMPT_SHARES.value]
+        except ValueError as e:
+            fail(f"--synthetic_overrides / --prompt_shares: {e}")
+        if not isinstance(overrides, dict):
+            fail("--synthetic_overrides: expected a JSON object of dotted fields -> values")
+        if not all(0 <= s < 1 for s in shares):
+            fail(f"--prompt_shares: each in [0, 1), got {shares}")
+        prefix_update.run_synthetic(_SYNTHETIC.value, overrides, shares, _GROUPS.value,
+                                    _GROUP_SIZE.value, _SEQ_LEN.value, _REPEATS.value, output)
+        return
+    if not _SAVED_BATCHES.value:
+        fail("prefix_update: pass --batch_files=PATH[,PATH...] (saved by train.save_batches) or "
+             "--synthetic=CONFIG_FILE")
+    for path in _SAVED_BATCHES.value:
+        if not os.path.isfile(path):
+            fail(f"--batch_files: no file {path}")
+    prefix_update.run(_SAVED_BATCHES.value, _REPEATS.value, output)
 
 
 if __name__ == "__main__":

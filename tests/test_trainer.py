@@ -205,6 +205,7 @@ def _bare_trainer(strategy, **overrides):
     trainer.pipeline = types.SimpleNamespace(strategy=strategy, rewards=build_rewards(exp.reward),
                                              filter=build_filter(exp.filter))
     trainer.policy = type("P", (), {"tokenizer": type("T", (), {"pad_id": 0})()})()
+    trainer.updater = types.SimpleNamespace(sampling_params=lambda params: params)
     return trainer
 
 

@@ -1,4 +1,7 @@
-"""Pure functions over (config, params): initialisation, full forward, cache extension."""
+"""Pure functions over (config, params): initialisation, full forward, cache extension.
+
+`params` is the parameter pytree, or `jaxtree.models.lora.LoraParams` (a frozen base plus LoRA
+adapters, applied unmerged)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache
+from jaxtree.models.lora import model_variables
 from jaxtree.models.transformer import Transformer
 
 
@@ -34,7 +38,7 @@ def forward(config: ModelConfig, params: dict, tokens: jax.Array) -> jax.Array:
     Returns:
       float32[B, T, V] logits.
     """
-    logits, _ = Transformer(config).apply({"params": params}, tokens)
+    logits, _ = Transformer(config).apply(model_variables(params), tokens)
     return logits
 
 
@@ -51,7 +55,7 @@ def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array) -> jax.A
     Returns:
       [B, T, D] in the compute dtype.
     """
-    hidden, _ = Transformer(config).apply({"params": params}, tokens, return_hidden=True)
+    hidden, _ = Transformer(config).apply(model_variables(params), tokens, return_hidden=True)
     return hidden
 
 
@@ -71,7 +75,7 @@ def extend_cache(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.
     Returns:
       (logits float32[B, T, V] or float32[B, V], the new KVCache).
     """
-    return Transformer(config).apply({"params": params}, tokens, cache, chunk_lengths, last_only)
+    return Transformer(config).apply(model_variables(params), tokens, cache, chunk_lengths, last_only)
 
 
 def num_params(params) -> int:

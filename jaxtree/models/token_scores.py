@@ -18,6 +18,10 @@ float reassociation, for less memory and more compute):
 They travel as `TrainingMemory`, a frozen (hashable, jit-static) value built from the `model`
 config section (`model.remat`, `model.logits_chunk`) and handed to the update and warm-start
 steps.
+
+Every function takes `params` as a parameter pytree or as `jaxtree.models.lora.LoraParams` (a
+frozen base and LoRA adapters, applied unmerged: differentiated with respect to the adapters, the
+backward pass computes no weight gradient of the base).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
+from jaxtree.models.lora import base_params, model_variables
 from jaxtree.models.transformer import Transformer
 from jaxtree.models.tree_blocks import TreeBlocks
 
@@ -86,7 +91,8 @@ def _scores_from_logits(logits: jax.Array, targets: jax.Array):
             target_logit >= logits.max(axis=-1))
 
 
-def _head_params(config: ModelConfig, params: dict) -> dict:
+def _head_params(config: ModelConfig, params) -> dict:
+    params = base_params(params)  # no adapter on the output head
     if config.tie_word_embeddings:
         return {"embed": params["embed"]}
     return {"lm_head": params["lm_head"]}
@@ -134,7 +140,7 @@ def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree
     """
     rows, blocks, width = tokens.shape
     hidden, _ = Transformer(config, remat=memory.remat).apply(
-        {"params": params}, tokens.reshape(rows * blocks, width), tree=tree,
+        model_variables(params), tokens.reshape(rows * blocks, width), tree=tree,
         return_hidden=True)
     hidden = hidden.reshape(rows, blocks * width, -1)
     flat_predictor = predictor.reshape(rows, blocks * width)
@@ -162,7 +168,7 @@ def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
     """
     batch, width = tokens.shape
     hidden, _ = Transformer(config, remat=memory.remat).apply(
-        {"params": params}, tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
+        model_variables(params), tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
     logprobs, entropy, greedy = _chunked_scores(config, params, hidden, tokens[:, 1:], memory)
     first = lambda x: jnp.zeros((batch, 1), x.dtype)
     return (jnp.concatenate([first(logprobs), logprobs], axis=1),

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, write_chunk, write_keys
+from jaxtree.models.lora import COLLECTION, add_adapter
 from jaxtree.models.tree_blocks import TreeBlocks, tree_context
 
 _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax instead of NaN
@@ -196,9 +197,12 @@ class Attention(nn.Module):
         """
         cfg = self.config
         batch, chunk, _ = x.shape
+        dtype = cfg.compute_dtype
         q = _dense(cfg.num_heads * cfg.head_dim, cfg.qkv_bias, cfg, "q_proj")(x)
         k = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "k_proj")(x)
         v = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "v_proj")(x)
+        # LoRA updates, only when applied with adapters (jaxtree.models.lora)
+        q, k, v = (add_adapter(self, name, x, y, dtype) for name, y in zip("qkv", (q, k, v)))
         q = q.reshape(batch, chunk, cfg.num_heads, cfg.head_dim)
         k = k.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
@@ -221,7 +225,8 @@ class Attention(nn.Module):
             out = _attend_cached(q, keys, values, positions)
             new_cache_kv = (keys, values)
         out = out.reshape(batch, chunk, cfg.num_heads * cfg.head_dim)
-        return _dense(cfg.hidden_size, cfg.o_bias, cfg, "o_proj")(out), new_cache_kv
+        o = _dense(cfg.hidden_size, cfg.o_bias, cfg, "o_proj")(out)
+        return add_adapter(self, "o", out, o, dtype), new_cache_kv
 
 
 class MLP(nn.Module):
@@ -230,9 +235,14 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.config
+        dtype = cfg.compute_dtype
         gate = _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "gate_proj")(x)
-        up = _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "up_proj")(x)
-        return _dense(cfg.hidden_size, cfg.mlp_bias, cfg, "down_proj")(nn.silu(gate) * up)
+        gate = add_adapter(self, "gate", x, gate, dtype)
+        up = add_adapter(self, "up", x,
+                         _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "up_proj")(x), dtype)
+        hidden = nn.silu(gate) * up
+        down = _dense(cfg.hidden_size, cfg.mlp_bias, cfg, "down_proj")(hidden)
+        return add_adapter(self, "down", hidden, down, dtype)
 
 
 class Block(nn.Module):
@@ -338,16 +348,20 @@ class Transformer(nn.Module):
         return logits.astype(jnp.float32), new_cache
 
     def _rematerialized_blocks(self, x, positions, mask, tree=None):
-        """All blocks on x: [B, T, D] as a scan over their stacked parameters, each block
-        recomputed in the backward pass (see the class docstring)."""
+        """All blocks on x: [B, T, D] as a scan over their stacked parameters (and adapters,
+        when applied with them), each block recomputed in the backward pass (see the class
+        docstring)."""
         cfg = self.config
-        params = self.variables["params"]
-        stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves),
-                                         *[params[f"layers_{i}"] for i in range(cfg.num_layers)])
+        collections = ("params", COLLECTION) if self.has_variable(COLLECTION, "layers_0") \
+            else ("params",)
+        stacked = {name: jax.tree_util.tree_map(
+            lambda *leaves: jnp.stack(leaves),
+            *[self.variables[name][f"layers_{i}"] for i in range(cfg.num_layers)])
+            for name in collections}
 
         @jax.checkpoint
-        def block(x, layer_params):
-            return Block(cfg).apply({"params": layer_params}, x, positions, mask, None, None,
+        def block(x, layer_variables):
+            return Block(cfg).apply(layer_variables, x, positions, mask, None, None,
                                     tree)[0], None
 
         x, _ = jax.lax.scan(block, x, stacked)

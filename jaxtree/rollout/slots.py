@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, copy_tree_rows, init_cache
+from jaxtree.models.lora import model_variables
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling import randomness
 from jaxtree.sampling.logits_processing import SamplingConfig
@@ -117,7 +118,7 @@ def _append_observation(config: ModelConfig, params, rows: SlotState, chunk: jax
                               chunk_lengths)
     logprobs = _write_rows(rows.logprobs, jnp.zeros(chunk.shape, jnp.float32), offsets,
                            chunk_lengths)
-    logits, cache = Transformer(config).apply({"params": params}, chunk, rows.cache,
+    logits, cache = Transformer(config).apply(model_variables(params), chunk, rows.cache,
                                               chunk_lengths, last_only=True)
     return logits, SlotState(cache, tokens, action_mask, logprobs, turn_index)
 

@@ -9,6 +9,8 @@ Device side (pure functions):
   `generate(...)` prefills ragged prompts into a fresh cache and decodes, in one compiled program.
 
 The loop's carry is a `DecodeState` (the cache, the output buffers, the stop-sequence window).
+`params` is a parameter tree or `jaxtree.models.lora.LoraParams` (adapters applied unmerged; the
+trainer samples from merged ones, `Updater.sampling_params`).
 
 Invariant: when a row stops, every token it generated, the stop token included, is in the cache,
 and the returned `last_logits` are the model's prediction after that token. A later chunk appended
@@ -31,6 +33,7 @@ import numpy as np
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, init_cache
+from jaxtree.models.lora import model_variables
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
 from jaxtree.utils import round_up
@@ -168,7 +171,7 @@ def decode_with_uniforms(config: ModelConfig, sampling: SamplingConfig, max_new_
         tok, policy_lp, sample_lp = sample_tokens(u, s.logits, sampling)
         tok = jnp.where(active, tok, pad_id)
         column = lambda buf, val: jax.lax.dynamic_update_slice(buf, val[:, None], (0, s.step))
-        logits, new_cache = model.apply({"params": params}, tok[:, None], s.cache,
+        logits, new_cache = model.apply(model_variables(params), tok[:, None], s.cache,
                                         active.astype(jnp.int32), last_only=True)
         num_generated = s.num_generated + active
         window = jnp.concatenate([s.window[:, 1:], tok[:, None]], axis=1)
@@ -214,7 +217,7 @@ def generate(config: ModelConfig, sampling: SamplingConfig, max_new_tokens: int,
     batch = prompt_tokens.shape[0]
     keys = randomness.row_keys(rng, jnp.arange(batch, dtype=jnp.uint32))
     cache = init_cache(config, batch, capacity)
-    logits, cache = Transformer(config).apply({"params": params}, prompt_tokens, cache,
+    logits, cache = Transformer(config).apply(model_variables(params), prompt_tokens, cache,
                                               prompt_lengths, last_only=True)
     _, out = decode(config, sampling, max_new_tokens, pad_id, params, cache, logits, keys,
                     budgets, stop_sequences, eos_ids)

@@ -36,6 +36,11 @@ class TrainConfig(Section):
         "(docs/benchmarks.md measures the break-even)", check=between(0, 1))
     prefix_block: int = option(32, "tokens per block of the prefix-shared update's token trees",
                                check=positive())
+    save_batches: int = option(
+        0, "save the batches of the first N steps as the update receives them (tokens, masks, "
+        "behaviour log-probs, groups, advantages, and the config) to "
+        "<workdir>/batches/step_<n>.npz, for `launch.benchmark prefix_update`",
+        check=between(0, None))
     tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
     max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
                                     "steps whose updates were all skipped as non-finite",

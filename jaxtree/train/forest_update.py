@@ -19,8 +19,6 @@ its trajectories (a group never spans two devices); the loss is the per-trajecto
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import numpy as np
 
@@ -29,8 +27,9 @@ from jaxtree.losses import ForestMinibatch, Minibatch
 from jaxtree.models.token_scores import tree_token_scores
 from jaxtree.models.tree_blocks import TreeBlocks
 from jaxtree.parallel import distributed
+from jaxtree.parallel.mesh import batch_parallelism
 from jaxtree.train.prefix_forest import GroupTree, group_trees, pack_forest
-from jaxtree.train.update import accumulate_gradients, needed_widths
+from jaxtree.train.update import needed_widths
 from jaxtree.utils import round_up
 
 
@@ -120,26 +119,26 @@ class ForestSteps:
         self.updater = updater
         self.block = block
         u = updater
-        self._accumulate = jax.jit(
-            functools.partial(accumulate_gradients, u.model_config, u.loss_config, u.memory,
-                              loss=losses.forest_minibatch_loss),
-            in_shardings=(u.param_shardings, u._carry_shardings, u.micro_batch_sharding),
-            out_shardings=u._carry_shardings, donate_argnums=(1,))
-        self._scores = jax.jit(
+        # every distinct shape the jitted calls have seen: each is one compilation, so its count
+        # says whether the bucketing keeps compilation bounded (reported as update/forest_shapes)
+        self.shapes: set[tuple] = set()
+        # the updater's jitting: its shardings, and with LoRA its frozen base passed in
+        self._accumulate = u.jit_accumulate(losses.forest_minibatch_loss)
+        self._scores = u.jit_scores(
             lambda params, tokens, tree, predictor: tree_token_scores(
-                u.model_config, params, tokens, tree, predictor, u.memory)[0],
-            in_shardings=(u.param_shardings, u.batch_sharding, u.batch_sharding,
-                          u.batch_sharding),
-            out_shardings=u.batch_sharding)
+                u.model_config, params, tokens, tree, predictor, u.memory)[0], 3)
 
     def plan(self, mb: Minibatch, group_ids: np.ndarray):
-        """`plan_forest` with the updater's row multiple, and a token budget of a
-        per-trajectory micro-batch of the minibatch's width."""
+        """`plan_forest` with rows a multiple of the mesh's batch parallelism, and a token
+        budget of a per-trajectory micro-batch of the minibatch's width."""
         u = self.updater
         width = round_up(int(needed_widths(mb.action_mask, mb.weights).max(initial=1)),
                          u.width_multiple)
-        return plan_forest(mb, group_ids, self.block, u.row_multiple, u.row_multiple * width,
-                           u.width_multiple)
+        # rows of trees are split over the mesh's batch axes, so their count need only be a
+        # multiple of those (not of the per-trajectory micro-batch size: a forest row holds a
+        # whole group, and padding to micro_batch_size rows would compute empty rows)
+        return plan_forest(mb, group_ids, self.block, batch_parallelism(u.mesh),
+                           u.row_multiple * width, u.width_multiple)
 
     def step(self, state, micro_batches: list[ForestMinibatch]):
         """One optimizer step on the forest micro-batches of one minibatch (host arrays, one
@@ -148,6 +147,7 @@ class ForestSteps:
         carry = u._zero_carry(state.params)
         for run in _power_of_two_runs(len(micro_batches)):
             stacked = jax.tree.map(lambda *xs: np.stack(xs), *micro_batches[run])
+            self.shapes.add(("step",) + _shape_key(stacked))
             carry = self._accumulate(state.params, carry,
                                      distributed.put(stacked, u.micro_batch_sharding))
         return u._apply(state, carry)
@@ -163,6 +163,7 @@ class ForestSteps:
         out = np.zeros(tokens.shape, np.float32)
         put = lambda x: distributed.put(x, self.updater.batch_sharding)  # noqa: E731
         for fmb, slot_rows in self.plan(mb, group_ids):
+            self.shapes.add(("logprobs",) + _shape_key((fmb.tokens, fmb.tree)))
             scores = distributed.host_array(self._scores(
                 params, put(fmb.tokens), put(fmb.tree), put(fmb.predictor)))
             per_slot = np.take_along_axis(scores, fmb.token_index, axis=1).reshape(
@@ -172,6 +173,10 @@ class ForestSteps:
                     w = min(int(widths[row]), per_slot.shape[1])
                     out[row, :w] = per_slot[slot, :w]
         return out
+
+
+def _shape_key(tree) -> tuple:
+    return tuple(np.shape(x) for x in jax.tree_util.tree_leaves(tree))
 
 
 def _power_of_two_runs(count: int) -> list[slice]:

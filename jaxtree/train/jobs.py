@@ -36,8 +36,9 @@ from jaxtree.utils import report
 
 # What each job writes into its workdir (all of it removed by `overwrite`, nothing else).
 SFT_OUTPUTS = ("checkpoints", "sft_metrics.jsonl", workdir_lib.CONFIG_FILE)
-TRAIN_OUTPUTS = ("checkpoints", "sft", "metrics.jsonl", "tensorboard", "train_summary.json",
-                 "transcripts", "plots", workdir_lib.CONFIG_FILE, "config_changes.jsonl")
+TRAIN_OUTPUTS = ("checkpoints", "sft", "batches", "metrics.jsonl", "tensorboard",
+                 "train_summary.json", "transcripts", "plots", workdir_lib.CONFIG_FILE,
+                 "config_changes.jsonl")
 PRM_OUTPUTS = (PRM_DIR, METRICS_FILE, LOG_FILE, workdir_lib.CONFIG_FILE)
 # Held-out tasks whose first prompts are checked to leave room for an action.
 PROMPT_CHECK_TASKS = 4

@@ -146,7 +146,7 @@ def build_updater(exp: Experiment, policy: Policy, max_steps: int) -> Updater:
         return Updater(policy.config, optimizer, exp.loss, t.micro_batch_size, exp.mesh.make(),
                        policy.params, exp.model.training_memory(),
                        width_multiple=WIDTH_MULTIPLE, schedule=schedule,
-                       norm_constant=norm_constant)
+                       norm_constant=norm_constant, lora=policy.lora)
     except ValueError as e:
         raise ConfigError("mesh", str(e)) from e
 

@@ -1,7 +1,8 @@
 """Supervised warm start: masked next-token cross-entropy on demonstrated actions only.
 
 Shapes: B sequences of T tokens; `mask[b, t]` is True where token t is part of a demonstrated action
-(the loss is on predicting those tokens; prompts and observations are context only).
+(the loss is on predicting those tokens; prompts and observations are context only). With LoRA the
+step's params are adapters over a frozen base (`jaxtree.models.lora`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import optax
 
 from jaxtree.models.config import ModelConfig
+from jaxtree.models.lora import LoraParams
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.utils import round_up
 
@@ -49,14 +51,21 @@ def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int,
                        optax.adamw(schedule, weight_decay=weight_decay))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "optimizer", "memory"),
+@functools.partial(jax.jit, static_argnames=("config", "optimizer", "memory", "lora_scale"),
                    donate_argnames=("params", "opt_state"))
 def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, params, opt_state,
-             tokens: jax.Array, mask: jax.Array, memory: TrainingMemory = TrainingMemory()):
+             tokens: jax.Array, mask: jax.Array, memory: TrainingMemory = TrainingMemory(),
+             base=None, lora_scale: float = 1.0):
     """One optimizer step; a non-finite loss or gradient leaves params and state unchanged and
-    reports `skipped` = 1."""
-    (loss, metrics), grads = jax.value_and_grad(masked_nll, argnums=1, has_aux=True)(
-        config, params, tokens, mask, memory)
+    reports `skipped` = 1. With `base` (not donated), `params` are LoRA adapters over it at
+    `lora_scale`: only they get gradients and optimizer state."""
+    if base is None:
+        (loss, metrics), grads = jax.value_and_grad(masked_nll, argnums=1, has_aux=True)(
+            config, params, tokens, mask, memory)
+    else:
+        (loss, metrics), grads = jax.value_and_grad(
+            lambda adapters: masked_nll(config, LoraParams(base, adapters, lora_scale), tokens,
+                                        mask, memory), has_aux=True)(params)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)

@@ -13,7 +13,8 @@ step:
      kept groups or its rounds are spent;
   2. the advantage function (`jaxtree.advantages`) turns the batch and its rewards into per-token
      advantages;
-  3. the frozen reference policy's log-probs (KL penalty, and the KL diagnostic);
+  3. the frozen reference policy's log-probs (KL penalty, and the KL diagnostic; skipped when
+     `loss.kl_coef` = 0; with LoRA the reference is the base, adapters off);
   4. `train.epochs` passes over the batch in `train.num_minibatches` shuffled minibatches, one
      optimizer step each (clipped surrogate, micro-batches grouped by length and accumulated,
      sharded over the mesh);
@@ -55,25 +56,9 @@ from jaxtree.train.metrics import MetricsWriter
 from jaxtree.train.pipeline import Pipeline
 from jaxtree.train.shares import sample_round
 from jaxtree.train.stop import StopRequest
-from jaxtree.train.forest_update import ForestSteps
-from jaxtree.train.prefix_forest import group_trees, unique_fraction
-from jaxtree.train.update import needed_widths
-from jaxtree.utils import report, round_up
-
-
-# A recomputed action log-prob further than this from the sampler's counts as a disagreement.
-LOGPROB_GAP_TOLERANCE = 1e-3
-
-
-def logprob_gaps(recomputed: np.ndarray, behaviour: np.ndarray,
-                 action_mask: np.ndarray) -> dict[str, float]:
-    """How far the update's log-probs of the action tokens are from the sampler's under the same
-    parameters: max and mean |difference| and the share of tokens over LOGPROB_GAP_TOLERANCE."""
-    gap = np.abs(np.asarray(recomputed, np.float64) - behaviour)[np.asarray(action_mask, bool)]
-    if not gap.size:
-        return {"logprob_gap_max": 0.0, "logprob_gap_mean": 0.0, "logprob_gap_over": 0.0}
-    return {"logprob_gap_max": float(gap.max()), "logprob_gap_mean": float(gap.mean()),
-            "logprob_gap_over": float(np.mean(gap > LOGPROB_GAP_TOLERANCE))}
+from jaxtree.train.batch_update import BatchUpdate, SavedBatch, batch_path, logprob_gaps, \
+    save_batch
+from jaxtree.utils import report
 
 
 class TrainingDiverged(RuntimeError):
@@ -116,10 +101,13 @@ class Trainer:
         self.pipeline = pipeline
         self.workdir = workdir
         self.policy = policy
-        self.metadata = metadata
+        # a LoRA run's checkpoints name its base (jaxtree.checkpoints.check_lora_base)
+        self.metadata = {**metadata, **policy.lora_metadata()}
         self.updater = pipeline.updater
-        self.forest = ForestSteps(self.updater, exp.train.prefix_block)
-        self.reference = self.updater.place_params(policy.params)
+        self.batch_update = BatchUpdate(self.updater, exp.train, policy.tokenizer.pad_id)
+        # with LoRA the base itself; none is held when the KL term is off (never used)
+        self.reference = (self.updater.reference_params(policy.params)
+                          if exp.loss.kl_coef > 0 else None)
         self.checkpointer = checkpoints.TrainCheckpointer(workdir, exp.checkpoint.keep)
 
     # ------------------------------------------------------------------ rollout and rewards
@@ -185,64 +173,28 @@ class Trainer:
         """The parameters rollouts and evaluations use: the train state's own with one process;
         with several, this process's copy (rollout calls are not lockstep across processes, so
         they cannot run on arrays that span other processes' devices)."""
+        params = self.updater.sampling_params(params)  # with LoRA: the adapters merged
         if not distributed.is_multiprocess():
             return params
         return distributed.local_copy(self.updater.replicated_params(params))
 
     # ------------------------------------------------------------------ update
 
-    def _minibatch_rows(self, real: int) -> int:
-        """Rows of every minibatch: the largest shuffled chunk rounded up to the updater's row
-        multiple (a fixed shape for the whole run when the batch size is fixed)."""
-        chunk = -(-real // self.exp.train.num_minibatches)  # ceil
-        return round_up(chunk, self.updater.row_multiple)
-
     def update(self, state, batch: TrajectoryBatch, advantages: np.ndarray, step: int):
         """`epochs` x `num_minibatches` optimizer steps on the batch; returns (state, metrics)."""
-        t = self.exp.train
-        real = len(batch)
-        rows = self._minibatch_rows(real)
-        # Enough empty rows (no action token, so no loss) to pad any chunk, a row count the
-        # reference pass can split, and the width rounded up to the updater's multiple.
-        total = round_up(real + rows, self.updater.row_multiple)
-        width = round_up(batch.tokens.shape[1], self.updater.width_multiple)
-
-        def pad(x, fill):
-            return np.pad(x, ((0, total - real), (0, width - x.shape[1])), constant_values=fill)
-        tokens, action_mask = pad(batch.tokens, self.policy.tokenizer.pad_id), \
-            pad(batch.action_mask, False)
-        old_logprobs, padded_advantages = pad(batch.behaviour_logprobs, 0.0), \
-            pad(advantages, 0.0)
-        by_length = t.micro_batches_by_length
-        groups = np.pad(batch.group_ids, (0, total - real), constant_values=-1)
-        widths = needed_widths(action_mask)
-        fraction = unique_fraction(group_trees(tokens, widths, groups, t.prefix_block), widths)
-        shared = t.prefix_sharing == "on" or (t.prefix_sharing == "auto"
-                                              and fraction < t.prefix_break_even)
-
-        def logprobs(params):  # [B, W] on the host, each row up to its last action token
-            if shared:
-                return self.forest.logprobs(params, tokens, widths, groups)
-            return distributed.host_array(self.updater.logprobs(
-                params, tokens, widths if by_length else None))
-        ref_logprobs = logprobs(self.reference)
-        gap = logprob_gaps(logprobs(state.params), old_logprobs, action_mask)
-        rng = np.random.default_rng([t.seed, step])
-        collected = []
-        for _ in range(t.epochs):
-            for chunk in np.array_split(rng.permutation(real), t.num_minibatches):
-                index = np.concatenate([chunk, np.arange(real, real + rows - len(chunk))])
-                mb = self.updater.minibatch(tokens[index], action_mask[index],
-                                            old_logprobs[index], padded_advantages[index],
-                                            ref_logprobs[index])
-                if shared:
-                    plan = self.forest.plan(mb, groups[index])
-                    state, metrics = self.forest.step(state, [fmb for fmb, _ in plan])
-                else:
-                    state, metrics = self.updater.step(state, mb, by_length)
-                collected.append(jax.device_get(metrics))
+        inputs = self.batch_update.inputs(batch.tokens, batch.action_mask,
+                                          batch.behaviour_logprobs, advantages, batch.group_ids)
+        shared = self.batch_update.shares_prefixes(inputs)
+        ref_logprobs = self.batch_update.reference_logprobs(self.reference, inputs, shared)
+        gap = logprob_gaps(self.batch_update.logprobs(self.updater.policy_params(state.params),
+                                                      inputs, shared),
+                           inputs.old_logprobs, inputs.action_mask)
+        state, collected = self.batch_update.optimizer_steps(state, inputs, ref_logprobs, shared,
+                                                             step)
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}
-        out.update({"update/unique_token_fraction": fraction, "update/prefix_shared": int(shared),
+        out.update({"update/unique_token_fraction": inputs.unique_fraction,
+                    "update/prefix_shared": int(shared),
+                    "update/forest_shapes": len(self.batch_update.forest.shapes),
                     **{f"update/{k}": v for k, v in gap.items()}})
         out["train/updates"] = len(collected)
         out["train/skipped"] = int(sum(int(m["skipped"]) for m in collected))
@@ -271,7 +223,8 @@ class Trainer:
         """(state, rng, start step, trainer dict) from the newest checkpoint that restores (a
         damaged newer one is skipped, saying so), or the fresh state at step 0."""
         rng = jax.random.key(self.exp.train.seed)
-        restored = self.checkpointer.restore_latest(state.params, state.opt_state, report=report)
+        restored = self.checkpointer.restore_latest(state.params, state.opt_state, report=report,
+                                                    lora=self.metadata.get("lora"))
         if restored is None:
             return state, rng, 0, {}
         step, params, opt_state, rng, trainer_state = restored
@@ -355,6 +308,10 @@ class Trainer:
         else:
             advantages = self.pipeline.advantage(batch, rewards)
             metrics.update(self.pipeline.advantage.metrics(batch, rewards))
+            if step <= self.exp.train.save_batches and distributed.is_first():
+                save_batch(batch_path(self.workdir, step), SavedBatch(
+                    batch.tokens, batch.action_mask, batch.behaviour_logprobs, advantages,
+                    batch.group_ids, self.exp.to_dict(), step))
             state, update_metrics = self.update(state, batch, advantages, step)
             metrics.update(update_metrics)
         metrics.update({"time/rollout": rollout_seconds,

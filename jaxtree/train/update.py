@@ -23,6 +23,10 @@ reassociation:
 
 A non-finite loss or gradient norm leaves params and optimizer state unchanged and reports
 `skipped` = 1; the step counter still advances, so the schedule and the log stay aligned.
+
+With LoRA (`jaxtree.models.lora`) the trained params are the adapters: the frozen base is an
+explicit input of each jitted step (held once, never donated), gradients and optimizer state
+cover the adapters alone, and the model is applied unmerged (no weight gradient of the base).
 """
 
 from __future__ import annotations
@@ -38,14 +42,15 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxtree import losses
-from jaxtree.losses import MINIBATCH_DTYPES, Minibatch
+from jaxtree.losses import (MINIBATCH_DTYPES, Minibatch,  # noqa: F401 (re-exported)
+                            needed_widths, take_micro_batch, take_rows)
 from jaxtree.config import Section, between, non_negative, one_of, option, positive
 from jaxtree.models.config import ModelConfig
+from jaxtree.models.lora import LoraConfig, LoraParams, init_adapters, merge
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.parallel import distributed
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.utils import round_up
-
 
 
 class TrainState(NamedTuple):
@@ -112,16 +117,21 @@ def _micro_batches(x: jax.Array, count: int) -> jax.Array:
     return x.reshape((rows, count) + x.shape[1:]).swapaxes(0, 1)
 
 
-def _grad_fn(model_config, loss_config, memory, loss=losses.minibatch_loss):
-    return jax.value_and_grad(functools.partial(loss, model_config, loss_config, memory),
-                              has_aux=True)
+def _grad_fn(model_config, loss_config, memory, loss=losses.minibatch_loss, base=None,
+             lora_scale=1.0):
+    """value_and_grad of `loss` in its params; with `base`, params are LoRA adapters over it."""
+    if base is None:
+        return jax.value_and_grad(functools.partial(loss, model_config, loss_config, memory),
+                                  has_aux=True)
+    return jax.value_and_grad(lambda adapters, mb: loss(
+        model_config, loss_config, memory, LoraParams(base, adapters, lora_scale), mb),
+        has_aux=True)
 
 
 def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
                   memory: TrainingMemory = TrainingMemory()) -> tuple[str, ...]:
     """The names of the loss sums `losses.minibatch_loss` reports for this loss config (traced
-    abstractly: nothing is computed). `mb_template` is any micro-batch (only its dtypes
-    matter)."""
+    abstractly; `mb_template`: any micro-batch, only its dtypes matter)."""
     (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory), params,
                                   mb_template)
     return tuple(sums)
@@ -135,11 +145,12 @@ def zero_carry(params, sum_keys: tuple[str, ...]):
 
 
 def accumulate_gradients(model_config: ModelConfig, loss_config: losses.LossConfig,
-                         memory: TrainingMemory, params, carry, mbs, loss=losses.minibatch_loss):
+                         memory: TrainingMemory, params, carry, mbs, loss=losses.minibatch_loss,
+                         base=None, lora_scale: float = 1.0):
     """`carry` (grads, loss, sums) plus the gradients, losses and loss sums of the micro-batches
-    `mbs` (a Minibatch, or what `loss` takes, every field stacked [count, ...]), accumulated
-    under `lax.scan`."""
-    grad_fn = _grad_fn(model_config, loss_config, memory, loss)
+    `mbs` (a Minibatch, or what `loss` takes, every field stacked [count, ...]) under
+    `lax.scan`; with `base` (LoRA), `params` are adapters over it, and only they get gradients."""
+    grad_fn = _grad_fn(model_config, loss_config, memory, loss, base, lora_scale)
 
     def accumulate(carry, mb):
         grads, loss, sums = carry
@@ -175,9 +186,10 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
                 loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
                 batch: Minibatch,
                 micro_batch_sharding: NamedSharding | None = None,
-                memory: TrainingMemory = TrainingMemory()):
+                memory: TrainingMemory = TrainingMemory(), base=None, lora_scale: float = 1.0):
     """One optimizer step on one minibatch, fused: every micro-batch as wide as the minibatch.
-    `memory` trades compute for activation memory (`jaxtree.models.token_scores`).
+    `memory` trades compute for activation memory (`jaxtree.models.token_scores`); `base`, as
+    in `accumulate_gradients`.
 
     Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
     """
@@ -190,20 +202,12 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     if micro_batch_sharding is not None:
         mbs = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, micro_batch_sharding),
                            mbs)
-    carry = zero_carry(state.params, loss_sum_keys(model_config, loss_config, state.params,
-                                                   jax.tree.map(lambda x: x[0], mbs), memory))
-    carry = accumulate_gradients(model_config, loss_config, memory, state.params, carry, mbs)
+    keys = loss_sum_keys(model_config, loss_config, state.params if base is None else base,
+                         jax.tree.map(lambda x: x[0], mbs), memory)
+    carry = accumulate_gradients(model_config, loss_config, memory, state.params,
+                                 zero_carry(state.params, keys), mbs, base=base,
+                                 lora_scale=lora_scale)
     return apply_gradients(optimizer, state, carry)
-
-
-def needed_widths(action_mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """int[B]: the columns each row's loss needs, one past its last action token (or nonzero
-    weight); 0 for a row with none. Later columns cannot change the scores of earlier tokens."""
-    used = np.asarray(action_mask, bool)
-    if weights is not None:
-        used = used | (np.asarray(weights) != 0)
-    last = used.shape[1] - np.argmax(used[:, ::-1], axis=1)
-    return np.where(used.any(axis=1), last, 0)
 
 
 def length_groups(widths: np.ndarray, rows: int,
@@ -245,43 +249,26 @@ def accumulation_calls(groups: list[tuple[np.ndarray, int]]) -> list[tuple[list,
     return calls
 
 
-def take_rows(x: np.ndarray, index: np.ndarray, width: int, zero_fillers: bool) -> np.ndarray:
-    """The rows `index` of a host array [B, T] cut to `width` columns (padded if narrower);
-    rows with index -1 repeat row 0, zeroed when `zero_fillers`."""
-    filler = index < 0
-    x = np.asarray(x)[np.where(filler, 0, index), :width]
-    if x.shape[1] < width:
-        x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
-    return np.where(filler[:, None], np.zeros((), x.dtype), x) if zero_fillers else x
-
-
-def take_micro_batch(batch: Minibatch, index: np.ndarray, width: int) -> Minibatch:
-    """The rows `index` of `batch` (host arrays) cut to `width` columns; rows with index -1
-    become fillers without action tokens or weight."""
-    return Minibatch(*(take_rows(x, index, width, zero_fillers=name != "tokens")
-                       for name, x in zip(Minibatch._fields, batch)))
-
-
 class Updater:
     """The jitted, sharded update step and reference log-probs for one model, optimizer and mesh.
 
     Parameters and optimizer state live sharded by `mesh.param_shardings`; batches are split by
     rows over data x fsdp (their row count must be a multiple of `row_multiple`, the micro-batch
-    size, itself a multiple of data x fsdp so every device gets rows of every micro-batch). The state is
-    donated: the caller must use the returned state. In a multi-process job the mesh spans every
-    process's devices, every process calls each method with the same host values (the whole
-    minibatch), and each places the rows of its own devices (`distributed.put`). `memory` trades
-    compute for activation memory
-    in the update and the reference log-probs (`jaxtree.models.token_scores`). `schedule` is
-    the optimizer's learning-rate schedule (for the log) and `norm_constant` seq-sum's C of the
-    loss's aggregation weights (`minibatch`).
+    size, itself a multiple of data x fsdp so every device gets rows of every micro-batch). The
+    state is donated: the caller must use the returned state. In a multi-process job the mesh
+    spans every process's devices, every process calls each method with the same host values
+    (the whole minibatch), and each places the rows of its own devices (`distributed.put`).
+    `memory` trades compute for activation memory (`jaxtree.models.token_scores`), `schedule`
+    is the learning-rate schedule (for the log), `norm_constant` seq-sum's C (`minibatch`).
+    With `lora`, `params_template` is the base, placed once (`base`, `model_shardings`; never
+    copied or donated), and the state's params are adapters (`param_shardings`).
     """
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation,
                  loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
                  params_template, memory: TrainingMemory = TrainingMemory(),
                  width_multiple: int = 64, schedule: optax.Schedule | None = None,
-                 norm_constant: float = 0.0):
+                 norm_constant: float = 0.0, lora: LoraConfig | None = None):
         self.model_config = model_config
         self.optimizer = optimizer
         self.schedule = schedule
@@ -289,12 +276,18 @@ class Updater:
         self.loss_config = loss_config
         self.memory = memory
         self.mesh = mesh
-        self.param_shardings = mesh_lib.param_shardings(params_template, mesh)
-        opt_template = jax.eval_shape(optimizer.init, params_template)
+        self.lora = lora if lora is not None and lora.enabled else None
+        self.model_shardings = mesh_lib.param_shardings(params_template, mesh)
+        self.base, trainable, self.param_shardings = None, params_template, self.model_shardings
+        if self.lora is not None:
+            self.base = distributed.put(params_template, self.model_shardings)
+            trainable = jax.eval_shape(functools.partial(init_adapters, self.lora), self.base)
+            self.param_shardings = mesh_lib.param_shardings(trainable, mesh)
+        opt_template = jax.eval_shape(optimizer.init, trainable)
+        replicated = mesh_lib.replicated(mesh)
         self.state_shardings = TrainState(
-            mesh_lib.replicated(mesh), self.param_shardings,
-            mesh_lib.tree_shardings_like(opt_template, self.param_shardings, params_template,
-                                         mesh))
+            replicated, self.param_shardings,
+            mesh_lib.tree_shardings_like(opt_template, self.param_shardings, trainable, mesh))
         self.batch_sharding = mesh_lib.batch_sharding(mesh)
         parallelism = mesh_lib.batch_parallelism(mesh)
         if micro_batch_size <= 0 or micro_batch_size % parallelism:
@@ -304,20 +297,14 @@ class Updater:
         self.width_multiple = width_multiple
         mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
         self.micro_batch_sharding = mb_sharding
-        self._step = jax.jit(
+        self._step = self._with_base(
             functools.partial(update_step, model_config, optimizer, loss_config, micro_batch_size,
                               micro_batch_sharding=mb_sharding, memory=memory),
-            in_shardings=(self.state_shardings, self.batch_sharding),
-            out_shardings=(self.state_shardings, mesh_lib.replicated(mesh)),
+            (self.state_shardings, self.batch_sharding), (self.state_shardings, replicated),
             donate_argnums=(0,))
-        # the by-length path: accumulation calls (a scan over micro-batches of one width),
-        # then one optimizer step
-        replicated = mesh_lib.replicated(mesh)
+        # by length: accumulation calls (a scan over micro-batches of one width), then a step
         self._carry_shardings = (self.param_shardings, replicated, replicated)
-        self._accumulate = jax.jit(
-            functools.partial(accumulate_gradients, model_config, loss_config, memory),
-            in_shardings=(self.param_shardings, self._carry_shardings, mb_sharding),
-            out_shardings=self._carry_shardings, donate_argnums=(1,))
+        self._accumulate = self.jit_accumulate(losses.minibatch_loss)
         self._apply = jax.jit(
             functools.partial(apply_gradients, optimizer),
             in_shardings=(self.state_shardings, self._carry_shardings),
@@ -331,27 +318,81 @@ class Updater:
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),
                              in_shardings=(self.param_shardings,),
                              out_shardings=self.param_shardings)
-        self._replicate = jax.jit(lambda tree: tree, in_shardings=(self.param_shardings,),
-                                  out_shardings=mesh_lib.replicated(mesh))
-        self._logprobs = jax.jit(
-            lambda params, tokens: token_scores(model_config, params, tokens, memory)[0],
-            in_shardings=(self.param_shardings, self.batch_sharding),
+        self._replicate = jax.jit(lambda tree: tree, in_shardings=(self.model_shardings,),
+                                  out_shardings=replicated)
+        self._logprobs = self.jit_scores(
+            lambda params, tokens: token_scores(model_config, params, tokens, memory)[0], 1)
+        if self.lora is not None:
+            self._merge = jax.jit(
+                lambda base, adapters: merge(LoraParams(base, adapters, self.lora.scale),
+                                             model_config.compute_dtype),
+                in_shardings=(self.model_shardings, self.param_shardings),
+                out_shardings=self.model_shardings)
+
+    def _with_base(self, fn, in_shardings, out_shardings, donate_argnums=()):
+        """`fn(*args)` jitted; with LoRA `fn(*args, base=, lora_scale=)`, the frozen base an
+        explicit input."""
+        if self.lora is None:
+            return jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
+                           donate_argnums=donate_argnums)
+        scale = self.lora.scale
+        jitted = jax.jit(lambda base, *args: fn(*args, base=base, lora_scale=scale),
+                         in_shardings=(self.model_shardings, *in_shardings),
+                         out_shardings=out_shardings,
+                         donate_argnums=tuple(i + 1 for i in donate_argnums))
+        return lambda *args: jitted(self.base, *args)
+
+    def jit_accumulate(self, loss):
+        """`accumulate_gradients` of `loss` jitted: (state params, carry, stacked
+        micro-batches) -> carry, the carry donated."""
+        return self._with_base(
+            functools.partial(accumulate_gradients, self.model_config, self.loss_config,
+                              self.memory, loss=loss),
+            (self.param_shardings, self._carry_shardings, self.micro_batch_sharding),
+            self._carry_shardings, donate_argnums=(1,))
+
+    def jit_scores(self, fn, batch_args: int):
+        """`fn(params, *batch)` jitted (`batch_args` row-split arguments, a row-split result)
+        for model params: a plain tree (the model, the LoRA base) or `LoraParams`."""
+        jit_for = lambda shardings: jax.jit(  # noqa: E731
+            fn, in_shardings=(shardings, *(self.batch_sharding,) * batch_args),
             out_shardings=self.batch_sharding)
+        plain = jit_for(self.model_shardings)
+        if self.lora is None:
+            return plain
+        adapted = jit_for(LoraParams(self.model_shardings, self.param_shardings, self.lora.scale))
+        return lambda p, *args: (adapted if isinstance(p, LoraParams) else plain)(p, *args)
 
     def init_state(self, params, step: int = 0) -> TrainState:
-        """A fresh state holding a copy of `params` (the state is donated to each step, so it
-        must not share buffers with arrays the caller keeps)."""
-        params = self.place_params(params)
+        """A fresh state for training the policy `params`: a copy of them (the state is donated
+        to each step, so it must not share buffers with arrays the caller keeps), or with LoRA
+        fresh adapters over the updater's base (which `params` must be)."""
+        params = self.place_params(params if self.lora is None
+                                   else init_adapters(self.lora, self.base))
         opt_state = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)(
             params)
         return TrainState(distributed.put(jnp.asarray(step, jnp.int32),
                                           self.state_shardings.step), params, opt_state)
 
     def place_params(self, params):
-        """A sharded copy of `params` that never shares buffers with the input (device_put may
-        reuse the input's buffer for one shard of a replicated array; a jit output is fresh)."""
+        """A sharded copy of train-state `params` that never shares buffers with the input
+        (device_put may reuse the input's buffer for one shard of a replicated array)."""
         params = distributed.put(params, self.param_shardings)
         return self._copy(params)
+
+    def reference_params(self, params):
+        """The frozen KL reference of training `params`: a placed copy, or with LoRA the base
+        itself (which `params` must be: no second copy)."""
+        return self.place_params(params) if self.lora is None else self.base
+
+    def policy_params(self, params):
+        """The model params of train-state `params` (with LoRA: base + adapters, unmerged)."""
+        return params if self.lora is None else LoraParams(self.base, params, self.lora.scale)
+
+    def sampling_params(self, params):
+        """Plain model params of train-state `params` for the samplers (with LoRA: W + s A B
+        merged into a copy of the adapted kernels, the rest shared with the base)."""
+        return params if self.lora is None else self._merge(self.base, params)
 
     def replicated_params(self, params):
         """`params` gathered whole onto every device of the mesh (an all-gather of the fsdp and

@@ -4,7 +4,9 @@ first stage of `launch.train` when `train.init = 'sft'`).
 Builds `sft.num_episodes` demonstrations from training seeds, trains with masked cross-entropy on
 the action tokens (AdamW, warm-up + cosine, `jaxtree.train.sft`), logs metrics to
 <workdir>/sft_metrics.jsonl and saves an orbax checkpoint (params + metadata) under
-<workdir>/checkpoints/<steps>.
+<workdir>/checkpoints/<steps>. With `Policy.lora` (`model.lora.rank` > 0) it trains adapters over
+the frozen policy and its checkpoints hold them and name the base (`jaxtree.checkpoints`); loading
+the finished one gives base + adapters merged (`jaxtree.policy.load_policy`).
 
 In a multi-process job every process trains the same warm start on its own first device (the
 demonstrations and batches come from the seed; the model is small next to the RL run's), process
@@ -34,6 +36,7 @@ from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.demonstrations import demonstrate
 from jaxtree.tasks import train_seeds
 from jaxtree.train.metrics import keep_records_until
+from jaxtree.models.lora import init_adapters
 from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.train.sft import make_optimizer, pad_batch, sft_step
 from jaxtree.train.stop import StopRequest
@@ -123,18 +126,23 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
 
     optimizer = make_optimizer(s.learning_rate, s.warmup_steps, s.steps, s.weight_decay,
                                s.max_grad_norm)
-    params = policy.params
+    lora = policy.lora
+    # with LoRA the step trains adapters; the base is a frozen input, never donated
+    base, scale = (None, 1.0) if lora is None else (policy.params, lora.scale)
+    params = policy.params if lora is None else init_adapters(lora, base)
     opt_state = optimizer.init(params)
     os.makedirs(workdir, exist_ok=True)
     saver = checkpoints.TrainCheckpointer(workdir, max_to_keep=1)
     metadata = {**metadata, "source": policy.source, "demonstration_success": demo_success}
     model_metadata = {"model": policy.config.to_dict(),
                       "tokenizer": distributed.on_first(lambda: save_tokenizer_for(policy,
-                                                                                   workdir))}
+                                                                                   workdir)),
+                      **policy.lora_metadata()}
     # process 0 writes the log; the others write theirs to nowhere
     log_path = os.path.join(workdir, "sft_metrics.jsonl") if distributed.is_first() else os.devnull
     first = 1
-    restored = saver.restore_latest(params, opt_state, report=report)
+    restored = saver.restore_latest(params, opt_state, report=report,
+                                    lora=model_metadata.get("lora"))
     if restored is not None:
         first_done, params, opt_state, _, state = restored
         rng.bit_generator.state = state["batch_rng"]
@@ -153,7 +161,7 @@ def warm_start(settings: WarmStartConfig, policy: Policy, make_env: Callable[[],
                                          policy.tokenizer.pad_id,
                                          s.pad_multiple or context_length)
                 params, opt_state, metrics = sft_step(policy.config, optimizer, params, opt_state,
-                                                      tokens, mask, memory)
+                                                      tokens, mask, memory, base, scale)
                 if step % s.log_every == 0 or step == s.steps:
                     record = {"step": step,
                               **{k: float(v) for k, v in jax.device_get(metrics).items()}}

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import init_cache
+from jaxtree.models.lora import model_variables
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling import randomness
 from jaxtree.sampling.latr.branch import (branch_candidates, num_candidates, spawn_children,
@@ -64,7 +65,7 @@ def latr_generate(model_config: ModelConfig, latr: LatrConfig, sampling: Samplin
     # Prefill each prompt once, then give every slot a copy of its group's prompt cache.
     model = Transformer(model_config)
     prompt_cache = init_cache(model_config, groups, prompt_width + n)
-    prompt_logits, prompt_cache = model.apply({"params": params}, prompt_tokens, prompt_cache,
+    prompt_logits, prompt_cache = model.apply(model_variables(params), prompt_tokens, prompt_cache,
                                               prompt_lengths, last_only=True)
     cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, k, axis=0), prompt_cache)
     root_logits = jnp.repeat(prompt_logits, k, axis=0)                        # [R, V]
@@ -166,7 +167,7 @@ def _tree_step(model: Transformer, latr: LatrConfig, sampling: SamplingConfig, n
     # forward this step's tokens (children and forks included; removed, restarted and finished
     # rows idle)
     feed = (s.alive | s.shadow) & ~s.finished & ~restart
-    new_logits, cache = model.apply({"params": params}, token[:, None], s.cache,
+    new_logits, cache = model.apply(model_variables(params), token[:, None], s.cache,
                                     feed.astype(jnp.int32), last_only=True)
     new_logits = jnp.where(feed[:, None], new_logits, s.logits)
     return s._replace(

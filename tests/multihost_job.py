@@ -5,9 +5,10 @@ program of process i > 0 compiled again, since JAX writes the persistent cache f
 only and keys CPU programs by device):
 
     python tests/multihost_job.py --workdir=DIR [--steps=2] [--resume_peer=OTHER_WORKDIR]
-        [--long_run=DIR] [--coordinator_address=... --num_processes=... --process_id=...]
+        [--long_run=DIR] [--model=POLICY] [--coordinator_address=... --num_processes=...
+        --process_id=...]
 
-1. the toy run to --steps in DIR;
+1. the toy run (from --model, default the tiny preset) to --steps in DIR;
 2. with --resume_peer: once OTHER_WORKDIR/train_summary.json exists (that run finished), its
    copy up to the step-1 checkpoint in DIR_resumed, trained to --steps there;
 3. with --long_run: a run of 1000 steps there, which the test ends by killing a process.
@@ -35,6 +36,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=Tr
 _STEPS = flags.DEFINE_integer("steps", 2, "Training steps.")
 _RESUME_PEER = flags.DEFINE_string("resume_peer", None, "A workdir to resume from step 1.")
 _LONG_RUN = flags.DEFINE_string("long_run", None, "A workdir for a run of 1000 steps, last.")
+_MODEL = flags.DEFINE_string("model", "tiny", "The policy every run starts from "
+                             "(config.model.name).")
 PEER_TIMEOUT = 300  # seconds to wait for the peer run
 
 
@@ -42,7 +45,8 @@ def config(steps):
     from toy_run import toy_config
 
     # 8 rows per micro-batch: a multiple of data = 4 devices, in one process or two.
-    return toy_config(steps=steps, train__micro_batch_size=8, checkpoint__every=1)
+    return toy_config(steps=steps, train__micro_batch_size=8, checkpoint__every=1,
+                      model__name=_MODEL.value)
 
 
 def record(workdir: str, result: dict) -> None:

@@ -1,26 +1,59 @@
 """The benchmark jobs (`python -m launch.benchmark ...`): each writes its table and JSON."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from toy_run import run_module_jobs
 
-def _run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                          timeout=timeout)
+# The command-line jobs of this file, as (name, flags); `cli` runs them together.
+CLI_JOBS = {
+    "envs": ("envs", "--episodes=2", "--policy_seeds=3"),
+    "rollout": ("rollout", "--slots=8", "--rollout_episodes=8", "--action_tokens=4"),
+    "bad_yaml_options": ("trees", "--env_options={size: 4}"),
+    "bad_list_options": ("trees", "--env_options=[4]"),
+}
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """{name: (finished job, its --output path)} of CLI_JOBS, run as `python -m launch.benchmark`
+    jobs forked from one process that imported their libraries (PyTorch included: every
+    benchmark's JSON describes the machine with it) once."""
+    out = tmp_path_factory.mktemp("cli")
+    outputs = {name: out / f"{name}.json" for name in CLI_JOBS}
+    procs = run_module_jobs(*[("-m", "launch.benchmark", benchmark, *rest,
+                               f"--output={outputs[name]}")
+                              for name, (benchmark, *rest) in CLI_JOBS.items()],
+                            preload=("torch", "launch.benchmarks.common"))
+    return {name: (proc, outputs[name]) for name, proc in zip(CLI_JOBS, procs)}
+
+
+@pytest.fixture(scope="module")
+def one_layer(tmp_path_factory):
+    """A policy checkpoint of the tiny preset with one decoder block instead of four (random
+    init), for the sampler and update-step benchmarks: what they report does not depend on the
+    model's depth, and their programs (theirs alone) compile about three times faster. The
+    rollout benchmarks keep the tiny preset: their 16-slot engine is tests/test_rollout.py's."""
+    import jax
+
+    from jaxtree import checkpoints, models
+    config = models.get_preset("tiny").replace(num_layers=1)
+    path = str(tmp_path_factory.mktemp("one_layer"))
+    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
+                            "byte")
+    return path
 
 
 @pytest.mark.slow
-def test_sampler_benchmark_writes_its_table_and_json(tmp_path, capsys):
+def test_sampler_benchmark_writes_its_table_and_json(tmp_path, capsys, one_layer):
     """In the test process (the CLI is exercised by the environment and rollout benchmarks'
     tests): a subprocess would spend most of its time importing PyTorch and transformers."""
     from launch.benchmarks import sampler
     out = tmp_path / "sampler.json"
-    sampler.run(["tiny"], [4], new_tokens=6, prompt_len=16, repeats=1, floor_batch=4,
+    sampler.run([one_layer], [4], new_tokens=6, prompt_len=16, repeats=1, floor_batch=4,
                 output=str(out), copy_bytes=16 * 1024**2)
-    assert "| tiny" in capsys.readouterr().out
+    assert f"| {one_layer}" in capsys.readouterr().out
     report = json.loads(out.read_text())
     rows = [r for r in report["results"] if "batch" in r]
     assert [r["batch"] for r in rows] == [4]
@@ -30,48 +63,12 @@ def test_sampler_benchmark_writes_its_table_and_json(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_environment_benchmark_writes_its_table_and_json(tmp_path):
-    out = tmp_path / "envs.json"
-    proc = _run("launch.benchmark", "envs", "--episodes=2", "--policy_seeds=3", f"--output={out}")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
-    names = {r["environment"] for r in report["results"]}
-    assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper",
-                     "mini_swe"}
-    for row in report["results"]:
-        assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1
-        assert row["turns_per_s"] > 0
-        # only mini-SWE runs code in subprocesses (its oracle's run_tests and submit)
-        assert (0 < row["subprocess_share"] < 1) == (row["environment"] == "mini_swe")
-
-
-@pytest.mark.slow
-def test_rollout_benchmark_reports_host_share(tmp_path):
-    out = tmp_path / "rollout.json"
-    proc = _run("launch.benchmark", "rollout", "--slots=8", "--rollout_episodes=8",
-                "--action_tokens=4", f"--output={out}")
-    assert proc.returncode == 0, proc.stderr
-    row = json.loads(out.read_text())["results"][0]
-    assert row["episodes"] == 8 and row["env_turns_per_s"] > 0
-    assert 0 < row["host_share"] < 1 and 0 < row["device_share"] <= 1
-
-
-def test_malformed_env_options_fail_naming_the_flag(tmp_path):
-    for bad in ("{size: 4}", "[4]"):
-        proc = _run("launch.benchmark", "trees", f"--env_options={bad}",
-                    f"--output={tmp_path / 'trees.json'}")
-        assert proc.returncode != 0 and "--env_options" in proc.stderr
-        assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "trees.json").exists()
-
-
-@pytest.mark.slow
 def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, capsys):
     """Beam search forks every root before its first action, so even a random model's trees
     share prefixes (PATR's forks come after K turns, which a random model rarely reaches)."""
     from launch.benchmarks import trees
     trees.run("tiny", "frozen_lake", {"style": "compact"}, groups=1, group_size=2, num_slots=16,
-              context_length=256, max_action_tokens=6, max_turns=4, interval=2, repeats=1,
+              context_length=256, max_action_tokens=6, max_turns=2, interval=2, repeats=1,
               output=str(tmp_path / "trees.json"), methods=("beam", "lookahead"))
     report = json.loads((tmp_path / "trees.json").read_text())["results"]
     for method in ("beam", "lookahead"):
@@ -111,26 +108,63 @@ def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, c
     assert "| rtmc total (host + device)" in out and "| mc_values m=3" in out
 
 
-def test_update_lengths_benchmark_compares_fused_and_by_length(tmp_path, capsys):
+def test_update_lengths_benchmark_compares_fused_and_by_length(tmp_path, capsys, one_layer):
     from launch.benchmarks import train
-    train.run_lengths(["tiny"], rows=4, long_rows=1, seq_len=32, short_len=8, micro_batches=[2],
+    train.run_lengths([one_layer], rows=4, long_rows=1, seq_len=32, short_len=8, micro_batches=[2],
                       repeats=1, output=str(tmp_path / "lengths.json"), width_multiple=8)
     (result,) = json.loads((tmp_path / "lengths.json").read_text())["results"]
     # one micro-batch 32 wide and one 8 wide, against two 32 wide
     assert (result["columns_fused"], result["columns_by_length"]) == (128, 80)
     assert result["max_param_difference"] < 1e-5  # both ways compute one update
     assert result["fused_seconds"] > 0 and result["by_length_seconds"] > 0
-    assert "| tiny  | 2           |" in capsys.readouterr().out
+    assert f"| {one_layer} | 2           |" in capsys.readouterr().out
 
 
-def test_train_benchmark_compares_memory_modes(tmp_path, capsys):
+def test_train_benchmark_compares_memory_modes(tmp_path, capsys, one_layer):
+    """The update_lengths benchmark's model and shapes (4 rows of 32 tokens, micro-batches of
+    2): its fused step is this one's "none" step, compiled once."""
     from launch.benchmarks import train
-    train.run(["tiny"], rows=4, seq_len=16, micro_batches=[4], repeats=1,
+    train.run([one_layer], rows=4, seq_len=32, micro_batches=[2], repeats=1,
               output=str(tmp_path / "train.json"), memory_modes=("none", "remat+chunk:8"),
               with_flops=False, ceiling_size=256)
     results = json.loads((tmp_path / "train.json").read_text())["results"]
     assert [r["memory_mode"] for r in results] == ["none", "remat+chunk:8"]
     assert all(r["temp_bytes"] > 0 and r["seconds"] > 0 for r in results)
-    assert "| tiny  | 4           | remat+chunk:8" in capsys.readouterr().out
+    assert f"| {one_layer} | 2           | remat+chunk:8" in capsys.readouterr().out
     with pytest.raises(ValueError, match="chunk:N"):
         train.parse_memory_mode("chunk:0")
+
+
+# The command-line jobs last: they find the tiny preset's initialisation that the tests above
+# compiled in the compilation cache.
+
+@pytest.mark.slow
+def test_environment_benchmark_writes_its_table_and_json(cli):
+    proc, out = cli["envs"]
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    names = {r["environment"] for r in report["results"]}
+    assert names == {"frozen_lake", "sokoban", "countdown", "tictactoe", "sudoku", "minesweeper",
+                     "mini_swe"}
+    for row in report["results"]:
+        assert row["step"] > 0 and row["clone"] > 0 and 0 <= row["oracle_success"] <= 1
+        assert row["turns_per_s"] > 0
+        # only mini-SWE runs code in subprocesses (its oracle's run_tests and submit)
+        assert (0 < row["subprocess_share"] < 1) == (row["environment"] == "mini_swe")
+
+
+@pytest.mark.slow
+def test_rollout_benchmark_reports_host_share(cli):
+    proc, out = cli["rollout"]
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(out.read_text())["results"][0]
+    assert row["episodes"] == 8 and row["env_turns_per_s"] > 0
+    assert 0 < row["host_share"] < 1 and 0 < row["device_share"] <= 1
+
+
+def test_malformed_env_options_fail_naming_the_flag(cli):
+    for name in ("bad_yaml_options", "bad_list_options"):
+        proc, out = cli[name]
+        assert proc.returncode != 0 and "--env_options" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not out.exists()

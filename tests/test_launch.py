@@ -1,23 +1,31 @@
 """The command-line jobs run end to end (small sizes)."""
 
-import subprocess
-import sys
-
 import pytest
 
 from hf_reference import build_chatml_tokenizer, random_hf_model
+from toy_run import run_module_jobs
 
 
-def _run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                          timeout=timeout)
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """{'tiny': job, 'checkpoint': job, 'checkpoint_dir': path}: the `launch.sample` jobs of the
+    tests below, run together (forked from one process that imported their libraries once); the
+    second samples a random qwen2 checkpoint with a ChatML tokenizer."""
+    checkpoint = tmp_path_factory.mktemp("hf")
+    fast = build_chatml_tokenizer(checkpoint)
+    random_hf_model("qwen2", vocab_size=len(fast)).save_pretrained(str(checkpoint))
+    tiny, from_checkpoint = run_module_jobs(
+        ("-m", "launch.sample", "--model=tiny", "--prompt=Hello", "--num_samples=3",
+         "--max_new_tokens=100000", "--temperature=0.8", "--top_p=0.9"),
+        ("-m", "launch.sample", f"--model={checkpoint}", "--prompt=hello world", "--chat",
+         "--num_samples=2", "--max_new_tokens=8"))
+    return {"tiny": tiny, "checkpoint": from_checkpoint, "checkpoint_dir": checkpoint}
 
 
-def test_sample_with_the_tiny_preset_caps_max_new_tokens_to_the_context():
+def test_sample_with_the_tiny_preset_caps_max_new_tokens_to_the_context(samples):
     from jaxtree.models.presets import PRESETS
     from jaxtree.tokenizers import ByteTokenizer
-    proc = _run("launch.sample", "--model=tiny", "--prompt=Hello", "--num_samples=3",
-                "--max_new_tokens=100000", "--temperature=0.8", "--top_p=0.9")
+    proc = samples["tiny"]
     assert proc.returncode == 0, proc.stderr
     context = PRESETS["tiny"].max_position_embeddings
     prompt = len(ByteTokenizer().encode("Hello", add_bos=True))
@@ -28,13 +36,10 @@ def test_sample_with_the_tiny_preset_caps_max_new_tokens_to_the_context():
     assert "1 compilation(s)" in proc.stdout
 
 
-def test_sample_from_a_checkpoint_directory_with_chat_template(tmp_path):
-    fast = build_chatml_tokenizer(tmp_path)
-    random_hf_model("qwen2", vocab_size=len(fast)).save_pretrained(str(tmp_path))
-    proc = _run("launch.sample", f"--model={tmp_path}", "--prompt=hello world", "--chat",
-                "--num_samples=2", "--max_new_tokens=8")
+def test_sample_from_a_checkpoint_directory_with_chat_template(samples):
+    proc = samples["checkpoint"]
     assert proc.returncode == 0, proc.stderr
-    assert f"model: {tmp_path} (qwen2" in proc.stdout
+    assert f"model: {samples['checkpoint_dir']} (qwen2" in proc.stdout
     assert proc.stdout.count("--- sample ") == 2
 
 

@@ -2,12 +2,14 @@
 evaluate writes its results and transcripts where it can (and says so where it cannot); sample's
 cap of --max_new_tokens to the model's context is checked by tests/test_launch.py's run.
 
-Jobs that only fail run together, forked from one process that imported their libraries: each
-is mostly Python imports.
+The jobs run together, forked from one process that imported their libraries: a job that only
+fails is mostly Python imports.
 """
 
 import json
 import os
+
+import pytest
 
 from toy_run import assert_one_line_error, run_module_jobs, start_job, wait_jobs
 
@@ -25,21 +27,47 @@ def _assert_one_line_error(proc, *fragments):
     assert proc.stdout == "", proc.stdout
 
 
-def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
-    corrupt = tmp_path / "corrupt"  # a directory without config.json or checkpoints
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """{name: finished job} of every `launch.evaluate` and `launch.sample` job of this file, run
+    together (forked from one process that imported their libraries once), with the paths
+    they were given; `written` is the evaluation that succeeds."""
+    tmp = tmp_path_factory.mktemp("jobs")
+    corrupt = tmp / "corrupt"  # a directory without config.json or checkpoints
     corrupt.mkdir()
-    a_file = tmp_path / "a_file"
+    a_file = tmp / "a_file"
     a_file.write_text("")
-    unfinished = tmp_path / "unfinished"  # a job's workdir before its first save
+    unfinished = tmp / "unfinished"  # a job's workdir before its first save
     (unfinished / "checkpoints").mkdir(parents=True)
     (unfinished / "config.json").write_text('{"sft": {"steps": 40}}')
-    missing, broken, not_saved, under_file, in_proc, negative = run_module_jobs(
-        (*SMALL_EVAL, "--checkpoint=/nonexistent"),
-        (*SMALL_EVAL, f"--checkpoint={corrupt}"),
-        (*SMALL_EVAL, f"--checkpoint={unfinished}"),
-        (*SMALL_EVAL, f"--output={a_file}/eval.json"),
-        (*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
-        (*SMALL_EVAL, "--transcripts=-1"))
+    out = tmp / "out" / "eval.json"
+    sample = ("-m", "launch.sample")
+    argv = {
+        "eval_missing": (*SMALL_EVAL, "--checkpoint=/nonexistent"),
+        "eval_broken": (*SMALL_EVAL, f"--checkpoint={corrupt}"),
+        "eval_not_saved": (*SMALL_EVAL, f"--checkpoint={unfinished}"),
+        "eval_under_file": (*SMALL_EVAL, f"--output={a_file}/eval.json"),
+        "eval_in_proc": (*SMALL_EVAL, "--output=/proc/jaxtree_eval.json"),
+        "eval_negative": (*SMALL_EVAL, "--transcripts=-1"),
+        "sample_missing": (*sample, f"--model={tmp / 'missing'}"),
+        "sample_broken": (*sample, f"--model={corrupt}"),
+        "sample_samples": (*sample, "--num_samples=0"),
+        "sample_tokens": (*sample, "--max_new_tokens=0"),
+        "sample_temperature": (*sample, "--temperature=-1"),
+        "sample_top_p": (*sample, "--top_p=1.5"),
+        # An environment option the config file does not set is still an override (a grid's
+        # variants set them): the turn limit, here.
+        "written": (*SMALL_EVAL, f"--output={out}", "--transcripts=3",
+                    "--config.env.options.max_steps=6"),
+    }
+    results = dict(zip(argv, run_module_jobs(*argv.values())))
+    return dict(results, tmp=tmp, corrupt=corrupt, a_file=a_file, out=out)
+
+
+def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(jobs):
+    corrupt, a_file = jobs["corrupt"], jobs["a_file"]
+    missing, broken, not_saved, under_file, in_proc, negative = (jobs[f"eval_{name}"] for name in (
+        "missing", "broken", "not_saved", "under_file", "in_proc", "negative"))
     _assert_one_line_error(missing, "--checkpoint", "'/nonexistent' is neither a preset",
                            "an existing checkpoint directory", "nor a .gguf file")
     assert "--model" not in missing.stderr
@@ -53,17 +81,10 @@ def test_evaluate_rejects_bad_checkpoints_and_outputs_in_one_line(tmp_path):
     _assert_one_line_error(negative, "--transcripts")
 
 
-def test_sample_rejects_bad_flags_and_models_in_one_line(tmp_path):
-    corrupt = tmp_path / "corrupt"
-    corrupt.mkdir()
-    sample = ("-m", "launch.sample")
-    missing, broken, samples, tokens, temperature, top_p = run_module_jobs(
-        (*sample, f"--model={tmp_path / 'missing'}"),
-        (*sample, f"--model={corrupt}"),
-        (*sample, "--num_samples=0"),
-        (*sample, "--max_new_tokens=0"),
-        (*sample, "--temperature=-1"),
-        (*sample, "--top_p=1.5"))
+def test_sample_rejects_bad_flags_and_models_in_one_line(jobs):
+    corrupt = jobs["corrupt"]
+    missing, broken, samples, tokens, temperature, top_p = (jobs[f"sample_{name}"] for name in (
+        "missing", "broken", "samples", "tokens", "temperature", "top_p"))
     _assert_one_line_error(missing, "--model", "neither a preset")
     _assert_one_line_error(broken, "--model", str(corrupt))
     _assert_one_line_error(samples, "--num_samples=0", "at least 1")
@@ -80,17 +101,13 @@ def _episodes_cells(stdout: str) -> list[str]:
     return [row[column] for row in rows[1:]]
 
 
-def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path):
-    out = tmp_path / "out" / "eval.json"
+def test_evaluate_writes_results_and_transcripts_or_says_why_not(tmp_path, jobs):
+    out, written = jobs["out"], jobs["written"]
     # Where the results go without --output: nowhere for a read-only checkpoint directory (/proc
     # stays read-only for root, which the tests run as) and for a preset (not ./eval.json).
     check = start_job("-c", "from launch.evaluate import output_path; "
                       f"print(output_path('/proc', None)); print(output_path('tiny', None)); "
                       f"print(output_path({str(tmp_path)!r}, None))")
-    # An environment option the config file does not set is still an override (a grid's
-    # variants set them): the turn limit, here.
-    (written,) = wait_jobs(start_job(*SMALL_EVAL, f"--output={out}", "--transcripts=3",
-                                     "--config.env.options.max_steps=6"))
     assert written.returncode == 0, written.stderr
     assert _episodes_cells(written.stdout) == ["4", "4", "4"]
     report = json.loads(out.read_text())

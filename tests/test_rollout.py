@@ -23,9 +23,22 @@ TOK = ByteTokenizer()
 SAMPLING = SamplingConfig(temperature=1.0)
 # The engine shapes of this file (every distinct one compiles its own programs): 16 slots (the
 # shared batch, as in test_patr.py and the MC-PR benchmark), 4 slots (fewer slots than
-# episodes, and context overflow) and 32 slots (two row buckets).
+# episodes, and context overflow) and 32 slots (two row buckets), the last on 2x2 lakes only
+# (their prompts and observations are narrower than a 4x4 lake's: other programs) and with the
+# `one_layer` model.
 ENGINE = RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6, sampling=SAMPLING)
 FEW_SLOTS = RolloutConfig(num_slots=4, context_length=256, max_action_tokens=6, sampling=SAMPLING)
+WIDE = RolloutConfig(num_slots=32, context_length=256, max_action_tokens=6, sampling=SAMPLING)
+
+
+@pytest.fixture(scope="module")
+def one_layer():
+    """(config, params): the tiny preset with one decoder block instead of four, random init,
+    for the 32-slot engine: its checks (row buckets, windows) do not depend on the model's
+    depth, and its programs compile about three times faster. The 16- and 4-slot engines keep
+    the tiny preset, whose programs other test files share through the compilation cache."""
+    config = models.get_preset("tiny").replace(num_layers=1)
+    return config, models.init_params(config, jax.random.key(0))
 
 
 def frozen_lake(**options):
@@ -146,12 +159,11 @@ def test_episodes_do_not_depend_on_their_slot(tiny, batch_and_engine):
     assert max(engine.stats.rows_per_turn) <= 4
 
 
-def test_finished_episodes_stop_consuming_decode_work(tiny):
-    config, params = tiny
+def test_finished_episodes_stop_consuming_decode_work(one_layer):
+    config, params = one_layer
     limits = itertools.cycle([2, 5])
     engine = SlotEngine(config, TOK, lambda: environments.make(
-        "frozen_lake", style="compact", size=2, max_steps=next(limits)), RolloutConfig(
-        num_slots=32, context_length=256, max_action_tokens=6, sampling=SAMPLING))
+        "frozen_lake", style="compact", size=2, max_steps=next(limits)), WIDE)
     batch = sample_independent(engine, params, jax.random.key(1), task_ids=range(32),
                                group_size=1)
     assert sorted(batch.num_turns.tolist()) == [2] * 16 + [5] * 16
@@ -160,16 +172,14 @@ def test_finished_episodes_stop_consuming_decode_work(tiny):
     assert engine.stats.slot_turns == sum(engine.stats.rows_per_turn) < 5 * 32
 
 
-def test_held_episodes_sit_outside_the_turn_window(tiny):
+def test_held_episodes_sit_outside_the_turn_window(one_layer):
     """Held episodes in the leading slots (a lookahead's candidates, MC-PR's waiting episodes)
     cost no rows: the turn's window starts past them, their slots stay untouched, and the
     playing copies sample exactly what they sample when everyone plays."""
-    config, params = tiny
-    rollout = RolloutConfig(num_slots=32, context_length=256, max_action_tokens=6,
-                            sampling=SAMPLING)
+    config, params = one_layer
 
     def copies_after_one_turn(hold: bool):
-        engine = SlotEngine(config, TOK, frozen_lake(), rollout)
+        engine = SlotEngine(config, TOK, frozen_lake(size=2), WIDE)
         engine.begin(params, jax.random.key(3))
         parents = [engine.add_episode(task_id=t) for t in range(16)]
         engine.play_turn()

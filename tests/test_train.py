@@ -1,5 +1,6 @@
 """The update step: accumulation, the loss against a direct transcription, skipping, sharding."""
 
+import pickle
 import textwrap
 
 import chex
@@ -10,11 +11,25 @@ import optax
 import pytest
 
 from fake_devices import run_script
-from jaxtree import losses
+from jaxtree import losses, models
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.losses import LossConfig
 from jaxtree.train.update import (Updater, accumulation_calls, length_groups, make_optimizer,
                                   make_schedule, needed_widths, take_micro_batch, update_step)
+
+
+def one_layer_config():
+    """The tiny preset with one decoder block instead of four: nothing these checks compare
+    depends on the model's depth, and each of the file's programs compiles about three times
+    faster."""
+    return models.get_preset("tiny").replace(num_layers=1)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """(config, params) of `one_layer_config`, random init."""
+    config = one_layer_config()
+    return config, models.init_params(config, jax.random.key(0))
 
 
 def _random_batch(config, rows=8, width=24, seed=0):
@@ -82,8 +97,8 @@ def _state(updater_like_params, optimizer):
                       optimizer.init(updater_like_params))
 
 
-def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
-    config, params = tiny
+def test_update_step_equals_optax_on_the_directly_written_objective(model):
+    config, params = model
     batch = _with_weights(_random_batch(config))
     optimizer = SGD
     # two micro-batches of 4 rows
@@ -104,8 +119,8 @@ def test_update_step_equals_optax_on_the_directly_written_objective(tiny):
 
 
 @pytest.mark.parametrize("mode", losses.AGGREGATIONS)
-def test_micro_batch_accumulation_equals_one_big_batch(tiny, mode):
-    config, params = tiny
+def test_micro_batch_accumulation_equals_one_big_batch(model, mode):
+    config, params = model
     batch = _with_weights(_random_batch(config, rows=8, seed=1), mode, 40.0)
     optimizer = SGD  # params move by exactly the accumulated gradient
     results = [_update_step(config, optimizer, LOSS, size, _state(params, optimizer), batch)
@@ -146,11 +161,11 @@ def test_length_groups_sort_rows_by_the_width_they_need():
         assert not getattr(mb, key)[1:].any(), key  # fillers carry no loss
 
 
-def test_micro_batches_by_length_equal_the_fused_step(tiny):
+def test_micro_batches_by_length_equal_the_fused_step(model):
     """Rows grouped by length, each micro-batch cut to its own width, give the fused step's
     parameters and metrics; reference log-probs by length equal the full-width ones wherever
     a row needs them."""
-    config, params = tiny
+    config, params = model
     batch = _with_weights(_random_batch(config, rows=8, width=40, seed=5))
     batch.action_mask[1] = False             # a second row without action tokens
     batch.action_mask[2, :] = False
@@ -181,8 +196,8 @@ def test_micro_batches_by_length_equal_the_fused_step(tiny):
     assert int(metrics["skipped"]) == 0
 
 
-def test_a_non_finite_loss_skips_the_update_and_says_so(tiny):
-    config, params = tiny
+def test_a_non_finite_loss_skips_the_update_and_says_so(model):
+    config, params = model
     batch = _with_weights(_random_batch(config, seed=2))
     batch = batch._replace(advantages=batch.advantages.copy())
     batch.advantages[0, batch.action_mask[0]] = np.nan
@@ -204,8 +219,8 @@ def test_schedules_warm_up_then_hold_or_decay():
         make_schedule(1e-3, schedule="linear")
 
 
-def test_parameter_shardings_follow_the_logical_rules(tiny):
-    config, params = tiny
+def test_parameter_shardings_follow_the_logical_rules(model):
+    config, params = model
     mesh = mesh_lib.make_mesh(1, 1, 1)
     shardings = mesh_lib.param_shardings(params, mesh)
     q = shardings["layers_0"]["attn"]["q_proj"]["kernel"].spec
@@ -219,17 +234,18 @@ def test_parameter_shardings_follow_the_logical_rules(tiny):
 _SHARDED_SCRIPT = textwrap.dedent("""
     import os, sys
     os.environ["JAX_PLATFORMS"] = "cpu"  # XLA_FLAGS: 8 fake devices (fake_devices.run_script)
+    import pickle
     import chex, jax, jax.numpy as jnp, numpy as np
     sys.path.insert(0, {tests!r})
-    from test_train import _random_batch, _with_weights
-    from jaxtree import models
+    from test_train import _random_batch, _with_weights, one_layer_config
     from jaxtree.parallel.mesh import make_mesh
     import optax
     from jaxtree.losses import LossConfig
     from jaxtree.train.update import Updater
     assert len(jax.devices()) == 8
-    config = models.get_preset("tiny")
-    params = models.init_params(config, jax.random.key(0))
+    config = one_layer_config()
+    with open(sys.argv[1], "rb") as f:  # the test's `model`: no initialisation compiled here
+        params = pickle.load(f)
     batch = _with_weights(_random_batch(config, rows=16, width=40, seed=3))
     results = {{}}
     for shape in [(1, 1, 1), (2, 2, 2)]:  # (data, fsdp, tensor): every axis split at once
@@ -253,23 +269,27 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_update_on_eight_fake_devices_equals_one_device():
+def test_update_on_eight_fake_devices_equals_one_device(model, tmp_path):
     """data=2 x fsdp=2 x tensor=2 gives the 1-device parameters (atol 1e-5), fused and with
     micro-batches grouped by length."""
-    stdout = run_script(_SHARDED_SCRIPT, "SHARDED_MATCH")
+    path = tmp_path / "params.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(jax.device_get(model[1]), f)
+    stdout = run_script(_SHARDED_SCRIPT, "SHARDED_MATCH", args=[str(path)])
     # parameters really were split: fsdp halves the model dimension, tensor the MLP width
     assert "(2, 2, 2) up_proj shard (64, 256)" in stdout
 
 
-def test_updater_pads_nothing_and_reports_reference_logprobs(tiny):
+def test_updater_pads_nothing_and_reports_reference_logprobs(model):
     """Updater.logprobs equals a direct log-softmax gather of a full forward."""
     from jaxtree.models import forward
-    config, params = tiny
+    config, params = model
     updater = Updater(config, make_optimizer(make_schedule(1e-3)),
                       LossConfig(), 2, mesh_lib.make_mesh(), params)
     tokens = _random_batch(config, rows=4, width=16, seed=4)["tokens"]
     got = np.asarray(updater.logprobs(updater.place_params(params), tokens))
-    logp = jax.nn.log_softmax(forward(config, params, jnp.asarray(tokens)), axis=-1)
+    # on the host: each eager index of a device array would be a device call of its own
+    logp = np.asarray(jax.nn.log_softmax(forward(config, params, jnp.asarray(tokens)), axis=-1))
     for i in range(4):
         for t in range(1, 16):
             assert got[i, t] == pytest.approx(float(logp[i, t - 1, tokens[i, t]]), abs=1e-5)

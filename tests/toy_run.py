@@ -89,19 +89,21 @@ print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pi
 """
 
 
-def run_module_jobs(*jobs, cwd=ROOT, timeout=300) -> list[subprocess.CompletedProcess]:
+def run_module_jobs(*jobs, cwd=ROOT, timeout=300, preload=()) -> list[subprocess.CompletedProcess]:
     """The results of `python -m <module> <args>` jobs, each ("-m", module, *args) or
-    (("-m", module, *args), env), run together. They start as forks of one process that has
-    imported the libraries they share (`_PRELOAD`), so each skips the imports that are most
-    of a job that only checks its flags and fails."""
+    (("-m", module, *args), env) or (("-m", module, *args), env, cwd) (env None: this
+    process's), run together. They start as forks of one process that has imported the
+    libraries they share (`_PRELOAD` and `preload`, e.g. "torch" for jobs that all import it),
+    so each skips the imports that are most of a job that only checks its flags and fails."""
     import json
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        spec = {"preload": _PRELOAD, "jobs": []}
+        spec = {"preload": [*_PRELOAD, *preload], "jobs": []}
         for i, job in enumerate(jobs):
-            args, env = (job, None) if job[0] == "-m" else job
+            args, env, job_cwd = ((job, None, cwd) if job[0] == "-m" else
+                                  (*job, cwd) if len(job) == 2 else job)
             assert args[0] == "-m", args
-            spec["jobs"].append({"module": args[1], "args": list(args[2:]), "cwd": str(cwd),
+            spec["jobs"].append({"module": args[1], "args": list(args[2:]), "cwd": str(job_cwd),
                                  "env": dict(os.environ if env is None else env),
                                  "stdout": os.path.join(tmp, f"{i}.out"),
                                  "stderr": os.path.join(tmp, f"{i}.err")})

@@ -11,9 +11,11 @@ here: it runs in the sandbox (mini_swe_sandbox).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
+import os
 import sys
 import threading
 import types
@@ -29,12 +31,36 @@ class _Budget(BaseException):
     """Raised by the tracer when a run exceeds STEP_BUDGET line events."""
 
 
+class _Exit(BaseException):
+    """Raised in place of `os._exit(status)` called by code under test: trusted code still must
+    not end the process that loads it (a task's test calling `os._exit(3)` would end
+    `launch.train` silently with status 3 during its task check)."""
+
+
+def _no_exit(status=0):
+    raise _Exit(status)
+
+
+@contextlib.contextmanager
+def _exits_fail():
+    """`os._exit` raises _Exit while code under test runs (under _RUN_LOCK); `sys.exit`'s
+    SystemExit is caught where test failures are."""
+    real = os._exit
+    os._exit = _no_exit
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     passed: tuple[str, ...]
     failed: tuple[str, ...]
     hidden_failed: int
     looped: bool
+    # where the code tried to end the process: "test_x: os._exit(3)", "<collection>: exit(1)"
+    exits: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -67,7 +93,7 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
     `sources` (file name -> source) in this process, with a line-event budget. Only for
     trusted code, the bank's modules, a user's own task directories (load_task) and their
     mutants: model-written code runs in the sandbox."""
-    passed, failed, hidden_failed, looped = [], [], 0, False
+    passed, failed, hidden_failed, looped, exits = [], [], 0, False, []
     names = [name for name in task.source_files]
     with _RUN_LOCK:
         saved = {n[:-3]: sys.modules.get(n[:-3]) for n in names}
@@ -81,6 +107,8 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
 
         old_trace = sys.gettrace()
         sys.settrace(tracer)
+        exit_guard = _exits_fail()
+        exit_guard.__enter__()
         try:
             modules = {}
             try:
@@ -96,8 +124,9 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
                      namespace)
             except _Budget:
                 raise
-            except Exception:  # noqa: BLE001 - a broken module fails every test
-                return Outcome((), ("<collection>",), len(task.hidden) if hidden else 0, False)
+            except (Exception, SystemExit, _Exit) as e:  # noqa: BLE001 - a broken module fails
+                return Outcome((), ("<collection>",), len(task.hidden) if hidden else 0, False,
+                               _exit_note("<collection>", e))
             for key, value in list(namespace.items()):
                 if key.startswith("test") and callable(value):
                     try:
@@ -105,8 +134,9 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
                         passed.append(key)
                     except _Budget:
                         raise
-                    except Exception:  # noqa: BLE001
+                    except (Exception, SystemExit, _Exit) as e:  # noqa: BLE001
                         failed.append(key)
+                        exits += _exit_note(key, e)
             if hidden:
                 main = modules[f"{task.main}.py"]
                 for function, args, expected in task.hidden:
@@ -115,15 +145,26 @@ def run_in_process(task: Task, sources: dict[str, str], hidden: bool = False) ->
                         hidden_failed += not strict_equal(result, expected)
                     except _Budget:
                         raise
-                    except Exception:  # noqa: BLE001
+                    except (Exception, SystemExit, _Exit) as e:  # noqa: BLE001
                         hidden_failed += 1
+                        exits += _exit_note(f"hidden case {function}", e)
         except _Budget:
             looped = True
         finally:
+            exit_guard.__exit__(None, None, None)
             sys.settrace(old_trace)
             for name, module in saved.items():
                 if module is None:
                     sys.modules.pop(name, None)
                 else:
                     sys.modules[name] = module
-    return Outcome(tuple(passed), tuple(failed), hidden_failed, looped)
+    return Outcome(tuple(passed), tuple(failed), hidden_failed, looped, tuple(exits))
+
+
+def _exit_note(where: str, error: BaseException) -> tuple[str, ...]:
+    """("<where>: os._exit(3)",) or ("<where>: sys.exit(3)",) when `error` is an exit, else ()."""
+    if isinstance(error, _Exit):
+        return (f"{where}: os._exit({error.args[0] if error.args else ''})",)
+    if isinstance(error, SystemExit):
+        return (f"{where}: sys.exit({error.code!r})",)
+    return ()

@@ -165,6 +165,9 @@ def load_task(path: str) -> tuple[Task, str]:
     ordered += ((test_files[0], files[test_files[0]]),)
     task = Task(name, ordered, main, target, test_files[0], hidden, len(sources) > 1)
     outcome = run_in_process(task, task.sources, hidden=True)
+    if outcome.exits:
+        raise _task_error(path, "its code must not end the process that checks it: "
+                                f"{', '.join(outcome.exits)}")
     if outcome.looped or outcome.failed or outcome.hidden_failed:
         raise _task_error(path, "the unmodified code must pass its tests: "
                                 f"failed {list(outcome.failed)}, {outcome.hidden_failed} hidden "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 from jaxtree.config import ConfigError, Section, option, positive
 from jaxtree.models.config import ModelConfig
 from jaxtree.parallel import distributed
+from jaxtree.utils import free_space, no_space
 
 CHECKPOINTS = "checkpoints"
 
@@ -60,6 +62,43 @@ class BaseMismatchError(ValueError):
 class CheckpointCorruptError(ValueError):
     """A checkpoint that exists but does not restore (a truncated file, a missing item); the
     message names the step directory and the item or file that failed."""
+
+
+class DiskFullError(OSError):
+    """A checkpoint that could not be written for lack of space (a fault, not a damaged run:
+    the checkpoints before it still restore); the message names the directory and its free
+    space."""
+
+
+# A save's unfinished directory: orbax writes `<step>.orbax-checkpoint-tmp-<time>` and renames it
+# into place when complete.
+TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def disk_full(directory: str, step: int, error: BaseException) -> DiskFullError | None:
+    """A DiskFullError for a failed save of checkpoint `step` under `directory` when `error` is a
+    full disk (else None). Orbax's half-written directory never counts as a step; the next job
+    to open the checkpoints removes it (`manager`)."""
+    if not no_space(error):
+        return None
+    return DiskFullError(f"checkpoint {directory}/{step} could not be written: no "
+                         f"space left on the device ({free_space(directory)} free there); the "
+                         "newest earlier checkpoint is intact: free some space and run the same "
+                         "command to resume")
+
+
+def remove_unfinished_saves(directory: str) -> list[str]:
+    """Deletes the unfinished saves (`<step>.orbax-checkpoint-tmp-*`) in a checkpoints
+    directory, on process 0 only (the directory is shared); returns their names. Done here,
+    synchronously, rather than by orbax's `cleanup_tmp_directories`, whose background thread
+    could outlive a short job (a rerun of a finished one) and fail during interpreter shutdown
+    with a 40-line 'cannot schedule new futures after shutdown' traceback."""
+    if not distributed.is_first() or not os.path.isdir(directory):
+        return []
+    removed = sorted(name for name in os.listdir(directory) if TMP_SUFFIX in name)
+    for name in removed:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    return removed
 
 
 def _quiet_orphaned_reads() -> None:
@@ -104,12 +143,14 @@ def package_versions() -> dict[str, str]:
 
 def manager(workdir: str, max_to_keep: int | None = 3) -> ocp.CheckpointManager:
     """The workdir's checkpoint manager. A save interrupted by a kill leaves an unfinished
-    `<step>.orbax-checkpoint-tmp-*` directory that never counts as a step; it is deleted here."""
+    `<step>.orbax-checkpoint-tmp-*` directory that never counts as a step; it is deleted here
+    (`remove_unfinished_saves`), before the manager exists, so no thread of it is left behind."""
+    directory = os.path.join(os.path.abspath(workdir), CHECKPOINTS)
+    remove_unfinished_saves(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
                                            enable_async_checkpointing=False,
-                                           cleanup_tmp_directories=True)
-    return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), CHECKPOINTS),
-                                 options=options)
+                                           cleanup_tmp_directories=False)
+    return ocp.CheckpointManager(directory, options=options)
 
 
 def save_policy(workdir: str, step: int, params, model_config: ModelConfig, tokenizer: str,
@@ -121,10 +162,13 @@ def save_policy(workdir: str, step: int, params, model_config: ModelConfig, toke
     try:
         if step in mngr.all_steps():
             raise FileExistsError(f"checkpoint {mngr.directory}/{step} already exists")
-        saved = mngr.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
-                                                        metadata=ocp.args.JsonSave(metadata)),
-                          force=True)
-        mngr.wait_until_finished()
+        try:
+            saved = mngr.save(step, args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params), metadata=ocp.args.JsonSave(metadata)),
+                force=True)
+            mngr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax wraps the OSError of a full disk
+            raise disk_full(str(mngr.directory), step, e) or e
     finally:
         mngr.close()
     if not saved:
@@ -308,9 +352,13 @@ class TrainCheckpointer:
             items["trainer"] = ocp.args.JsonSave(trainer)
         if step in self._manager.all_steps():
             self._manager.delete(step)
-        if not self._manager.save(step, args=ocp.args.Composite(**items), force=True):
+        try:
+            saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax wraps the OSError of a full disk
+            raise disk_full(self.directory, step, e) or e
+        if not saved:
             raise RuntimeError(f"orbax declined to save checkpoint {self.directory}/{step}")
-        self._manager.wait_until_finished()
 
     def restore(self, step: int, params_like, opt_state_like, lora: dict | None = None):
         """(params, opt_state, rng or None, trainer dict) of checkpoint `step`, placed like the

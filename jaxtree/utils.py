@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import sys
 import tempfile
 from typing import Sequence
@@ -46,3 +48,39 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str
     text = "\n".join(lines)
     print(text)
     return text
+
+
+# How a full disk reads in TensorStore's errors (and orbax's error logs of them) (a ValueError: RESOURCE_EXHAUSTED ... "No space
+# left on device [os_error_code='28']"), which orbax raises for the array items.
+NO_SPACE_TEXT = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
+                  f"os_error_code='{errno.ENOSPC}'")
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether `error` or one in its chain of causes is a full disk ('no space left on device'
+    or 'disk quota exceeded'): an OSError for orbax's JSON items, TensorStore's ValueError for
+    the arrays, each wrapped in orbax's own exceptions."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(text in str(error) for text in NO_SPACE_TEXT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def free_space(path: str) -> str:
+    """The free space of the filesystem holding `path` (or its nearest existing parent)."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        free = shutil.disk_usage(path or "/").free
+    except OSError:
+        return "unknown"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
+        free /= 1024
+    return "unknown"

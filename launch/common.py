@@ -11,11 +11,12 @@ import re
 import sys
 from typing import Any, Callable
 
-from jaxtree.checkpoints import CheckpointCorruptError
+from jaxtree.checkpoints import CheckpointCorruptError, DiskFullError
+from jaxtree.utils import NO_SPACE_TEXT
 from jaxtree.config import ConfigError
 from jaxtree.experiment import moved_message
 from jaxtree.train.trainer import TrainingDiverged
-from jaxtree.train.workdir import WorkdirError
+from jaxtree.train.workdir import WorkdirError, WorkdirVanished
 
 # Exit status of a job stopped by a user error (a bad flag, config value or path): absl's, for
 # usage errors.
@@ -107,12 +108,17 @@ def free_form_value(text: str) -> Any:
 
 
 def apply_free_form_overrides(config, overrides: list[tuple[str, str, str]]) -> None:
-    """Sets each (field, key, text) override on the loaded config, in place."""
+    """Sets each (field, key, text) override on the loaded config, in place. The value replaces
+    the config file's whatever its type (ConfigDict would refuse `size=abc` over `size=4` with
+    a TypeError): the environment's own check then names the option and what it expects."""
     for field, key, text in overrides:
         section = config
         for part in field.split("."):
             section = section[part]
-        with section.unlocked() if hasattr(section, "unlocked") else contextlib.nullcontext():
+        with contextlib.ExitStack() as stack:
+            for guard in ("unlocked", "ignore_type"):
+                if hasattr(section, guard):
+                    stack.enter_context(getattr(section, guard)())
             section[key] = free_form_value(text)
 
 
@@ -136,10 +142,83 @@ def _override_error(argv: list[str], message: str) -> str:
     return f"invalid command-line flag or config override: {message}"
 
 
+def _unquoted(text: str) -> str:
+    """`text` without one pair of quotes that wraps all of it (absl quotes some messages whole);
+    a quote that only ends the text is part of it (`base 10: 'abc'`)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _parse_message(error: Exception) -> str:
+    """One line of a flag-parse failure: config_flags wraps an error raised by a config file's
+    `get_config()` with the file's whole traceback, whose last line is the error itself."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = lines[-1] if len(lines) > 1 and "Traceback" in str(error) else " ".join(lines)
+    return _unquoted(text).replace("\\n", " ").replace("\\'", "'")
+
+
+def check_utf8_arguments(argv: list[str]) -> None:
+    """Ends the job in one line naming the flag when an argument is not valid UTF-8: Python
+    keeps such bytes as lone surrogates, which fail only when the text is first encoded (a
+    prompt's tokenization, a judge URL's request), possibly after a whole warm start."""
+    for arg in argv[1:]:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as e:
+            name = arg.split("=", 1)[0] if arg.startswith("-") else "argument"
+            raw = arg.encode("utf-8", "surrogateescape")
+            fail(f"{name}: not valid UTF-8 (byte {raw[e.start:e.start + 1].hex(' ')} at "
+                 f"position {e.start})")
+
+
+def check_config_file(argv: list[str], parse_error: Exception | None = None) -> None:
+    """Ends the job in one line naming `--config`'s file when it does not give a config:
+    config_flags keeps a file that failed to load (a missing sibling config, a bad import) as a
+    placeholder that raises only when first read, wraps an error of `get_config()` in the
+    file's traceback, and accepts whatever `get_config()` returns (a dict, an int)."""
+    from absl import flags
+
+    given = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")), None)
+    if given is None or "config" not in flags.FLAGS:
+        return
+    if parse_error is not None and "Error whilst parsing config file" in str(parse_error):
+        fail(f"--config={given}: the config file does not load: {_parse_message(parse_error)}")
+    value = flags.FLAGS["config"].value
+    if parse_error is not None:  # the parse may have stopped before or while loading the file
+        try:
+            value = flags.FLAGS["config"].parser.parse(given)
+        except Exception as e:  # noqa: BLE001 - whatever the file raises, report it in a line
+            fail(f"--config={given}: the config file does not load: {type(e).__name__}: "
+                 f"{_parse_message(e)}")
+    error = getattr(value, "_error", None) if type(value).__name__ == "_ErrorConfig" else None
+    if error is not None:
+        reason = [line for line in str(error).strip().splitlines() if line.strip()]
+        fail(f"--config={given}: the config file does not load: "
+             f"{reason[-1].strip() if reason else type(error).__name__}")
+    if value is not None and not callable(getattr(value, "to_dict", None)):
+        fail(f"--config={given}: get_config() returned a value of type {type(value).__name__}, not an "
+             "ml_collections.ConfigDict")
+
+
 def _quiet_orbax(record) -> bool:
     """Drops orbax's routine warnings (one 'Skipping merge of OCDBT checkpoints' per save on a
-    single host); its errors still show."""
-    return record.levelno >= 40 or "orbax" not in record.pathname
+    single host) and its error logs of a full disk (a traceback per item and thread, ~800 lines;
+    the save raises DiskFullError, reported in one line); its other errors still show."""
+    if "orbax" not in record.pathname:
+        return True
+    if record.levelno < 40:
+        return False
+    return not any(text in record.getMessage() for text in NO_SPACE_TEXT)
+
+
+def quiet_logs() -> None:
+    """Library INFO logs hidden (JAX's 'Unable to initialize backend', orbax's ~100 lines per
+    checkpoint), orbax's routine warnings too; errors still show."""
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)
+    logging.get_absl_logger().addFilter(_quiet_orbax)
 
 
 def run_app(main) -> None:
@@ -149,24 +228,25 @@ def run_app(main) -> None:
     file or checkpoint (FileNotFoundError), an unusable or busy workdir (WorkdirError); and a
     fault with one line and status 1 (a corrupt checkpoint, a diverged run). Library INFO logs
     (orbax's ~100 lines per checkpoint) are hidden unless `--verbosity` / `-v` is given."""
-    from absl import app, flags, logging
+    from absl import app, flags
 
     def parse(argv):
+        check_utf8_arguments(argv)
         argv, free_form = split_free_form_overrides(_resolve_config_flag(argv))
         if free_form:  # config_flags reads its overrides from sys.argv as well
             sys.argv = [a for a in sys.argv if a in argv or not a.startswith("--config.")]
         try:
             parsed = flags.FLAGS(argv)
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's flag, report it
-            message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
-            fail(_override_error(argv, message))
+            check_config_file(argv, e)  # a config file that does not load is named as such
+            fail(_override_error(argv, _parse_message(e)))
+        check_config_file(argv)
         if free_form:
             if "config" not in flags.FLAGS or flags.FLAGS["config"].value is None:
                 fail(f"--config.{free_form[0][0]}.{free_form[0][1]} needs --config")
             apply_free_form_overrides(flags.FLAGS["config"].value, free_form)
         if not flags.FLAGS["verbosity"].present:
-            logging.set_verbosity(logging.WARNING)
-            logging.get_absl_logger().addFilter(_quiet_orbax)
+            quiet_logs()
         return parsed
 
     def guarded(argv):
@@ -174,7 +254,7 @@ def run_app(main) -> None:
             return main(argv)
         except (ConfigError, FileNotFoundError, WorkdirError) as e:
             fail(str(e))
-        except (CheckpointCorruptError, TrainingDiverged) as e:
+        except (CheckpointCorruptError, TrainingDiverged, DiskFullError, WorkdirVanished) as e:
             fail(str(e), FAULT)
 
     app.run(guarded, flags_parser=parse)

@@ -32,6 +32,7 @@ import sys
 from absl import app, flags
 
 from jaxtree.compare import SubprocessRunner, run_compare
+from launch.common import quiet_logs
 
 _GRID = flags.DEFINE_string("grid", None, "Grid file (configs/grids/<name>.py).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (runs, warm starts, results).")
@@ -55,10 +56,13 @@ def main(argv):
 
 def _parse_flags(argv):
     try:
-        return flags.FLAGS(argv)
+        parsed = flags.FLAGS(argv)
     except flags.Error as e:
         print(f"compare: error: {e}", file=sys.stderr)
         sys.exit(2)
+    if not flags.FLAGS["verbosity"].present:
+        quiet_logs()  # JAX's "Unable to initialize backend 'tpu'" on every call, as in launch.train
+    return parsed
 
 
 if __name__ == "__main__":

@@ -27,16 +27,16 @@ from typing import Any, Callable
 
 from absl import flags
 
-from jaxtree.checkpoints import CheckpointCorruptError
+from jaxtree.checkpoints import CheckpointCorruptError, DiskFullError
 from jaxtree.config import ConfigError
 from jaxtree.parallel import distributed
 from jaxtree.train.trainer import TrainingDiverged
-from jaxtree.train.workdir import WorkdirError
+from jaxtree.train.workdir import WorkdirError, WorkdirVanished
 from launch.common import FAULT, fail
 
 # Errors `launch.common.run_app` reports in one line itself (every process raises them alike).
 _REPORTED = (ConfigError, FileNotFoundError, WorkdirError, CheckpointCorruptError,
-             TrainingDiverged)
+             TrainingDiverged, DiskFullError, WorkdirVanished)
 
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0's coordinator in a multi-process job "

@@ -34,7 +34,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics).")
 _STOP_AFTER = flags.DEFINE_integer("stop_after", None, "Stop (with a checkpoint) after this many "
-                                   "steps of this job; a later job resumes.")
+                                   "steps of this job; a later job resumes.", lower_bound=1)
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_boolean(
     "allow_config_change", False, "Resume a workdir whose config.json differs from this config "
     "(the change is recorded in config_changes.jsonl).")

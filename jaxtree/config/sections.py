@@ -49,6 +49,7 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
     if annotation is str:
         if not isinstance(value, str):
             raise ConfigError(path, f"{value!r} is not a string")
+        _check_utf8(value, path)
         return value
     if annotation is Any:
         return value
@@ -58,6 +59,17 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
             raise ConfigError(path, f"{value!r} is not a mapping")
         return dict(value)
     raise TypeError(f"unsupported config field type {annotation!r} at {path}")
+
+
+def _check_utf8(text: str, path: str) -> None:
+    """ConfigError unless `text` encodes as UTF-8: bytes of a command line that are not UTF-8
+    reach Python as lone surrogates, which would fail only where the text is first sent or
+    written (a judge URL's request, after a whole warm start)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(path, f"{text!r} is not valid UTF-8 text (at character {e.start})") \
+            from None
 
 
 def _type_name(annotation: Any) -> str:

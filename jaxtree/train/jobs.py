@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from jaxtree import checkpoints
+from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment
 from jaxtree.parallel import distributed
 from jaxtree.policy import Policy, save_tokenizer_for
@@ -36,6 +37,15 @@ from jaxtree.utils import report
 
 # What each job writes into its workdir (all of it removed by `overwrite`, nothing else).
 SFT_OUTPUTS = ("checkpoints", "sft_metrics.jsonl", workdir_lib.CONFIG_FILE)
+# The outputs that show a job has started its work: until one exists, a job that fails leaves no
+# config record (a config that fails at its first use must not refuse the corrected command).
+SFT_WORK = ("checkpoints", "sft_metrics.jsonl")
+TRAIN_WORK = ("checkpoints", "metrics.jsonl", "batches", "transcripts", "train_summary.json",
+              *(os.path.join("sft", name) for name in SFT_WORK))
+# The fields a warm start depends on (jaxtree.compare shares warm starts by the same ones): a
+# warm-start workdir's config.json records these alone.
+WARM_START_SECTIONS = ("env", "model", "sft")
+WARM_START_ROLLOUT_FIELDS = ("context_length",)
 TRAIN_OUTPUTS = ("checkpoints", "sft", "batches", "metrics.jsonl", "tensorboard",
                  "train_summary.json", "transcripts", "plots", workdir_lib.CONFIG_FILE,
                  "config_changes.jsonl")
@@ -49,6 +59,71 @@ def check_prompts(exp: Experiment) -> None:
     are loaded)."""
     check_prompts_fit(exp.env.factory(), exp.model.tokenizer(), exp.rollout.context_length,
                       exp.rollout.max_action_tokens, eval_seeds(PROMPT_CHECK_TASKS))
+
+
+def warm_start_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config (or of its defaults) that determines its warm start."""
+    rollout = config.get("rollout", {})
+    return {**{name: config[name] for name in WARM_START_SECTIONS if name in config},
+            "rollout": {k: rollout[k] for k in WARM_START_ROLLOUT_FIELDS if k in rollout}}
+
+
+def _trained_with(workdir: str) -> dict[str, Any] | None:
+    """The warm-start fields of the config the newest checkpoint in `workdir` was trained with
+    (its metadata records the job's config), or None when there is none or it does not read as
+    an experiment (a checkpoint of an older jaxtree)."""
+    if not checkpoints.complete_steps(workdir):
+        return None
+    try:
+        config = checkpoints.read_policy_metadata(workdir)["config"]
+        return warm_start_fields(Experiment.from_config(config).to_dict())
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
+
+
+def record_warm_start(workdir: str, exp: Experiment, allow_change: bool = False,
+                      change_flag: str | None = None) -> None:
+    """Records in <workdir>/config.json the warm-start fields of `exp`, refusing (WorkdirError,
+    naming the fields) a workdir whose warm start was trained with other ones unless
+    `allow_change`. A workdir without a record whose checkpoints were written by a job (the
+    warm start of a training job, before warm starts had records) is first given the record of
+    the config its checkpoints name: a record always describes the files beside it."""
+    fields = warm_start_fields(exp.to_dict())
+    if workdir_lib.read_config(workdir) is None:
+        trained = _trained_with(workdir)
+        if trained is not None:
+            workdir_lib.record_config(workdir, trained)
+    workdir_lib.record_config(workdir, fields, allow_change,
+                              defaults=warm_start_fields(exp.defaults()),
+                              change_flag=change_flag, project=warm_start_fields)
+
+
+@contextlib.contextmanager
+def _tentative_record(workdir: str, work: tuple[str, ...], existed: bool):
+    """A config record this job wrote (`existed`: whether config.json was there before) is
+    removed again when the job fails before any of its `work` outputs exists, so the corrected
+    command is not refused for a config that never produced anything."""
+    try:
+        yield
+    except BaseException:
+        path = os.path.join(workdir, workdir_lib.CONFIG_FILE)
+        if (not existed and distributed.is_first()
+                and not any(_has_output(os.path.join(workdir, name)) for name in work)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        raise
+
+
+def _has_output(path: str) -> bool:
+    """A file, or a directory holding anything (opening a workdir's checkpoints creates their
+    empty directory before any work)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return bool(os.listdir(path))
+    return os.path.lexists(path)
+
+
+def _has_record(workdir: str) -> bool:
+    return os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE))
 
 
 def _overwrite(workdir: str, outputs) -> None:
@@ -88,16 +163,18 @@ def sft_job(config, workdir: str, overwrite: bool = False) -> str | None:
     with workdir_lib.WorkdirLock(workdir, "launch.sft"), StopRequest() as stop:
         if overwrite:
             _overwrite(workdir, SFT_OUTPUTS)
-        workdir_lib.record_config(workdir, exp.to_dict(), defaults=exp.defaults())
-        done = finished_checkpoint(workdir)
-        if done is not None:
-            print(f"sft: {workdir} already holds this warm start: {done} (--overwrite trains "
-                  "anew)")
-            return done
-        result = warm_start(exp.sft, exp.model.load(training=True), exp.env.factory(),
-                            exp.rollout.context_length, workdir,
-                            {"job": "sft", "config": config.to_dict()}, stop,
-                            exp.model.training_memory())
+        with _tentative_record(workdir, SFT_WORK, _has_record(workdir)):
+            record_warm_start(workdir, exp)
+            done = finished_checkpoint(workdir)
+            if done is not None:
+                print(f"sft: {workdir} already holds this warm start: {done} (--overwrite "
+                      "trains anew)")
+                return done
+            result = warm_start(exp.sft, exp.model.load(training=True), exp.env.factory(),
+                                exp.rollout.context_length, workdir,
+                                {"job": "sft", "config": config.to_dict()}, stop,
+                                exp.model.training_memory())
+            workdir_lib.check_unchanged(workdir)
     return result.path
 
 
@@ -110,6 +187,7 @@ def train_job(config, workdir: str, stop_after: int | None = None,
     check_experiment(exp)
     check_prompts(exp)
     workdir = workdir_lib.prepare(workdir)
+    recorded = _has_record(workdir) and not overwrite
 
     def setup() -> None:
         if overwrite:
@@ -117,7 +195,8 @@ def train_job(config, workdir: str, stop_after: int | None = None,
         workdir_lib.record_config(workdir, exp.to_dict(), allow_config_change,
                                   defaults=exp.defaults())
 
-    with _holding(workdir, "launch.train", setup), StopRequest() as stop:
+    with _holding(workdir, "launch.train", setup), StopRequest() as stop, \
+            _tentative_record(workdir, TRAIN_WORK, recorded):
         existing = checkpoints.TrainCheckpointer(workdir)
         done = existing.latest_step()
         existing.close()
@@ -126,7 +205,7 @@ def train_job(config, workdir: str, stop_after: int | None = None,
                   "(--overwrite starts over)")
             return None
         start = time.perf_counter()
-        policy = initial_policy(exp, config.to_dict(), workdir, stop)
+        policy = initial_policy(exp, config.to_dict(), workdir, stop, allow_config_change)
         if policy is None:
             print("train: stopped during the warm start; checkpoint saved, the same command "
                   "resumes")
@@ -138,20 +217,36 @@ def train_job(config, workdir: str, stop_after: int | None = None,
         result = Trainer(exp, build_pipeline(exp, policy), workdir, policy,
                          metadata).run(stop_after, stop)
         result["seconds"] = time.perf_counter() - start
+        workdir_lib.check_unchanged(workdir)  # the last save may have recreated a deleted one
         write_summary(workdir, result)
     return result
 
 
 def initial_policy(exp: Experiment, config_dict: dict[str, Any], workdir: str,
-                   stop: StopRequest) -> Policy | None:
+                   stop: StopRequest, allow_config_change: bool = False) -> Policy | None:
     """The policy training starts from, running (or resuming) the warm start into <workdir>/sft
-    first if the config says so; None when a stop request ended the warm start early."""
+    first if the config says so; None when a stop request ended the warm start early.
+
+    <workdir>/sft is a warm-start workdir like launch.sft's: while the warm start trains there
+    it holds its own lock (a launch.sft on it is refused) and its config record (the fields of
+    this warm start: launch.sft there with another one is refused). A finished one is only
+    read, so runs that share one (jaxtree.compare's links) load it side by side."""
     if exp.train.init == "model":
         return exp.model.load(training=True)
-    result = warm_start(exp.sft, exp.model.load(training=True), exp.env.factory(),
-                        exp.rollout.context_length,
-                        os.path.join(workdir, "sft"), {"job": "sft", "config": config_dict}, stop,
-                        exp.model.training_memory())
+    sft_dir = os.path.join(workdir, "sft")
+    train = lambda: warm_start(  # noqa: E731
+        exp.sft, exp.model.load(training=True), exp.env.factory(), exp.rollout.context_length,
+        sft_dir, {"job": "sft", "config": config_dict}, stop, exp.model.training_memory())
+    if finished_checkpoint(sft_dir) is not None:
+        result = train()
+    else:
+        sft_dir = workdir_lib.prepare(sft_dir)
+        recorded = _has_record(sft_dir)
+        with _holding(sft_dir, "launch.train (its warm start)", lambda: record_warm_start(
+                sft_dir, exp, allow_config_change, "--allow_config_change")), \
+                _tentative_record(sft_dir, SFT_WORK, recorded):
+            result = train()
+    workdir_lib.check_unchanged(workdir)
     return exp.model.load(result.path, training=True) if result.finished else None
 
 

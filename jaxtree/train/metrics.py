@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxtree.train.workdir import check_unchanged
 from jaxtree.utils import report
 
 METRICS_FILE = "metrics.jsonl"
@@ -23,17 +24,18 @@ METRICS_FILE = "metrics.jsonl"
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """The records of a JSON-lines log (empty if there is none). A line that does not parse (the
-    torn last line of a process killed mid-write) is dropped with a warning."""
+    torn last line of a process killed mid-write, or bytes that are not UTF-8: a damaged disk
+    block, a file edited by hand) is dropped with a warning."""
     if not os.path.exists(path):
         return []
     records, torn = [], 0
-    with open(path) as f:
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is one bad line, not the file
         for line in f:
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except ValueError:
+            except ValueError:  # UnicodeDecodeError included
                 torn += 1
                 continue
             if isinstance(record, dict):
@@ -84,7 +86,9 @@ class MetricsWriter:
             return
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, METRICS_FILE)
-        keep_records_until(self.path, resume_step)
+        # A run resumed from no checkpoint redoes step 0 (its initial evaluation) too: a kill
+        # before the first checkpoint leaves records that the new run writes again.
+        keep_records_until(self.path, resume_step if resume_step > 0 else -1)
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter
@@ -98,6 +102,9 @@ class MetricsWriter:
         if not self.active:
             return
         record = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
+        # a workdir deleted under the run would be recreated by this append, holding a partial
+        # log that reads as the run's
+        check_unchanged(self.path)
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self._tb is not None:

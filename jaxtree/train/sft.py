@@ -43,9 +43,12 @@ def masked_nll(config: ModelConfig, params, tokens: jax.Array, mask: jax.Array,
 
 def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int,
                    weight_decay: float = 0.0, max_grad_norm: float = 1.0):
-    """AdamW with linear warm-up then cosine decay, after global-norm gradient clipping."""
+    """AdamW with linear warm-up then cosine decay, after global-norm gradient clipping. Every
+    (warmup_steps, total_steps) the configs accept (0 <= warmup_steps <= total_steps) builds:
+    optax needs at least one warm-up step and one decay step after it."""
+    warmup = max(warmup_steps, 1)
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0, learning_rate, max(warmup_steps, 1), max(total_steps, warmup_steps + 1),
+        0.0, learning_rate, warmup, max(total_steps, warmup + 1),
         end_value=learning_rate * 0.1)
     return optax.chain(optax.clip_by_global_norm(max_grad_norm),
                        optax.adamw(schedule, weight_decay=weight_decay))

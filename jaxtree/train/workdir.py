@@ -9,9 +9,12 @@
                             a later job with another config is refused with a one-line diff
                             unless it says `allow_change`
   remove_outputs(...)       `--overwrite`: the job's own outputs, by name, and nothing else
+  check_unchanged(path)     the held workdir holding `path` is still the directory its lock
+                            opened: one deleted (or replaced) while the job runs would otherwise
+                            be recreated piecemeal by the next write, holding a partial run
 
 Errors a user can act on are `WorkdirError` (a ConfigError-like one-line message; the launch jobs
-exit with status 2).
+exit with status 2); a workdir deleted under a running job is `WorkdirVanished` (status 1).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import os
 import shutil
 import socket
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from jaxtree.utils import check_writable
 
@@ -33,6 +36,38 @@ CONFIG_FILE = "config.json"
 class WorkdirError(Exception):
     """The workdir cannot be used as asked (unwritable, in use, or holding another config's
     outputs); the message is one line that says what to do."""
+
+
+class WorkdirVanished(Exception):
+    """The held workdir was deleted or replaced while the job ran (a fault: its outputs there
+    are incomplete); the message names it."""
+
+
+# {absolute path of a held workdir: (st_dev, st_ino) of the directory its lock opened}
+_HELD: dict[str, tuple[int, int]] = {}
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_unchanged(path: str) -> None:
+    """Raises WorkdirVanished when a workdir held by this process that holds `path` (or is it)
+    is no longer the directory its lock opened: deleted, or deleted and made again by a write
+    (orbax creates a checkpoint's parent directories), which would leave a partial run that
+    reads as finished. A path outside every held workdir passes."""
+    path = os.path.abspath(path)
+    for workdir, opened in list(_HELD.items()):
+        if path == workdir or path.startswith(workdir + os.sep):
+            if _identity(workdir) != opened:
+                raise WorkdirVanished(
+                    f"workdir {workdir} was deleted or replaced while the job ran (it is not the "
+                    "directory the job opened), so the job stops; what it wrote is incomplete: "
+                    "run the command again to start over")
 
 
 def prepare(workdir: str) -> str:
@@ -73,10 +108,13 @@ class WorkdirLock:
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} ({self.job}, since {started})")
         handle.flush()
         self._file = handle
+        self._workdir = os.path.dirname(self.path)
+        _HELD[self._workdir] = _identity(self._workdir)  # the directory this job opened
         return self
 
     def __exit__(self, *exc) -> None:
         if self._file is not None:
+            _HELD.pop(self._workdir, None)
             self._file.seek(0)
             self._file.truncate()
             fcntl.flock(self._file, fcntl.LOCK_UN)
@@ -109,29 +147,45 @@ def config_diff(old: dict[str, Any], new: dict[str, Any],
             and not (key not in old and key in defaults and new[key] == defaults[key])]
 
 
+def read_config(workdir: str) -> dict[str, Any] | None:
+    """<workdir>/config.json, or None when there is none; WorkdirError when it does not read."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise WorkdirError(f"{path} is unreadable ({e}); move it away to start over") from None
+
+
 def record_config(workdir: str, config: dict[str, Any], allow_change: bool = False,
-                  defaults: dict[str, Any] | None = None) -> list[str]:
+                  defaults: dict[str, Any] | None = None,
+                  change_flag: str | None = "--allow_config_change",
+                  project: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[str]:
     """Writes `config` (the resolved experiment, every field) to <workdir>/config.json. When the
     workdir already holds a different one (`config_diff` with the fields' `defaults`), raises
     WorkdirError with the diff unless
     `allow_change`, in which case the new config replaces it and the diff is returned (and
-    appended to <workdir>/config_changes.jsonl, so the run's history stays readable)."""
+    appended to <workdir>/config_changes.jsonl, so the run's history stays readable).
+    `change_flag` is the flag of the calling job that allows a change (None: it has none, and
+    the refusal offers only --overwrite); `project` picks the fields a record holds from an
+    older, fuller one before they are compared (a warm start's record)."""
     path = os.path.join(workdir, CONFIG_FILE)
     changes: list[str] = []
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                previous = json.load(f)
-        except (OSError, ValueError) as e:
-            raise WorkdirError(f"{path} is unreadable ({e}); move it away to start over") from None
+    previous = read_config(workdir)
+    if previous is not None and project is not None:
+        previous = project(previous)
+    if previous is not None:
         changes = config_diff(previous, config, defaults)
         if changes and not allow_change:
             shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more"
                                                if len(changes) > 6 else "")
+            allow = f"pass {change_flag} to go on with the new config, " if change_flag else \
+                "pass "
             raise WorkdirError(
-                f"workdir {workdir} holds a run with another config ({shown}); pass "
-                "--allow_config_change to go on with the new config, --overwrite to start over, "
-                "or use another --workdir")
+                f"workdir {workdir} holds a run with another config ({shown}); {allow}"
+                "--overwrite to start over, or use another --workdir")
         if changes:
             with open(os.path.join(workdir, "config_changes.jsonl"), "a") as f:
                 f.write(json.dumps({"time": datetime.datetime.now().isoformat(timespec="seconds"),

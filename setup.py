@@ -42,7 +42,8 @@ setup(
         # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the
         # reference implementation in parity tests and the baseline in benchmarks.
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "editdistance",
-                 "accelerate"],  # transformers' own GGUF loading, the parity reference
+                 "accelerate",  # transformers' own GGUF loading, the parity reference
+                 "peft"],  # loads the LoRA export's adapter (tests/test_lora.py)
         "tb": ["tensorboard"],  # the TensorBoard viewer
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],

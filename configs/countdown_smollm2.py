@@ -18,12 +18,19 @@ length for a model that solves few 3-number ones. Rollouts allow 400 tokens; the
 tokens a step with `model.remat` and `model.logits_chunk` as in frozen_lake_smollm2.py. LATR's
 thresholds and windows are the paper's defaults (τ_abs 0.25, τ_rel 0.15, τ_ed 0.4, windows 20, 30,
 50 tokens); the RL run uses its Countdown η schedule.
+
+LoRA, an option for now (`jaxtree.experiment.LORA_VARIANT`; whether it becomes the default
+waits for `python -m launch.benchmark train --lora=...` and
+configs/grids/lora_frozen_lake_smollm2.py):
+
+    python -m launch.train --config=configs/countdown_smollm2.py:lora \\
+        --workdir=/tmp/countdown_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config
+from jaxtree.experiment import base_config, rl_config, variant_overrides
 
 
-def get_config():
+def get_config(variant: str = ""):
     config = base_config("countdown", dict(min_numbers=3, max_numbers=3, max_number=100,
                                            max_target=100, style="chat", reasoning=6),
                          context_length=576, max_action_tokens=400, epsilon=0.05)
@@ -38,4 +45,5 @@ def get_config():
         "train.steps": 4, "train.micro_batch_size": 2, "optim.learning_rate": 1e-6,
         "eval.num_tasks": 32, "eval.samples_per_task": 1, "eval.every": 4,
         "checkpoint.every": 1,
+        **variant_overrides(variant),
     })

@@ -17,12 +17,19 @@ temporaries instead of 6.1 GB, for 1.2x the time (docs/benchmarks.md); without t
 ~1,500 tokens peaked at 17.6 GB and were killed on this machine. The learning rates are
 the small-model end of the papers' ranges (SFT 1e-5, RL 1e-6 in PATR/LATR for 0.5B-7B models,
 here 2e-5 and 1e-6) rather than the tiny model's.
+
+LoRA, an option for now (`jaxtree.experiment.LORA_VARIANT`; whether it becomes the default
+waits for `python -m launch.benchmark train --lora=...` and
+configs/grids/lora_frozen_lake_smollm2.py):
+
+    python -m launch.train --config=configs/frozen_lake_smollm2.py:lora \\
+        --workdir=/tmp/fl_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config
+from jaxtree.experiment import base_config, rl_config, variant_overrides
 
 
-def get_config():
+def get_config(variant: str = ""):
     config = base_config("frozen_lake", dict(size=4, frozen_prob=0.8, slippery=False,
                                              style="chat"),
                          context_length=2048, max_action_tokens=48, epsilon=0.2)
@@ -34,4 +41,5 @@ def get_config():
         "train.steps": 3, "train.micro_batch_size": 2, "optim.learning_rate": 1e-6,
         "eval.num_tasks": 8, "eval.samples_per_task": 1, "eval.every": 3,
         "checkpoint.every": 1,
+        **variant_overrides(variant),
     })

@@ -16,12 +16,19 @@ an edit with its replacement lines stays under 128 tokens. The warm start pads e
 demonstration to the context, so its batch is 4 (8 x 576 positions of the Countdown warm start
 held 7 GB with the two memory knobs); it checkpoints every 10 steps (a step takes minutes here).
 The learning rates are the small-model end of the papers' ranges, as in frozen_lake_smollm2.py.
+
+LoRA, an option for now (`jaxtree.experiment.LORA_VARIANT`; whether it becomes the default
+waits for `python -m launch.benchmark train --lora=...` and
+configs/grids/lora_frozen_lake_smollm2.py):
+
+    python -m launch.train --config=configs/mini_swe_smollm2.py:lora \\
+        --workdir=/tmp/mswe_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config
+from jaxtree.experiment import base_config, rl_config, variant_overrides
 
 
-def get_config():
+def get_config(variant: str = ""):
     config = base_config("mini_swe", dict(style="chat", max_steps=8, max_output_chars=800),
                          context_length=2048, max_action_tokens=128, epsilon=0.1)
     config.env.eval_options = {"split": "test"}
@@ -34,4 +41,5 @@ def get_config():
         "train.steps": 2, "train.micro_batch_size": 2, "optim.learning_rate": 1e-6,
         "eval.num_tasks": 16, "eval.samples_per_task": 1, "eval.every": 2,
         "checkpoint.every": 1,
+        **variant_overrides(variant),
     })

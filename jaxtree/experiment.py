@@ -17,7 +17,7 @@ Sections (owner):
   advantage   the advantage estimator (jaxtree.advantages); advantage.<name> its settings
   filter      the group filter (jaxtree.advantages.group_filters); filter.<name> its settings
   loss        clipped surrogate, aggregation, KL, entropy (jaxtree.losses.LossConfig)
-  optim       the optimizer and its schedule (jaxtree.train.update.OptimConfig)
+  optim       the optimizer and its schedule (jaxtree.train.optim.OptimConfig)
   train       the RL loop (jaxtree.train.config.TrainConfig)
   eval        held-out evaluation, for launch.evaluate and during training (jaxtree.evaluation)
   checkpoint  training checkpoints (jaxtree.checkpoints.CheckpointConfig)
@@ -48,7 +48,7 @@ from jaxtree.policy import ModelSpec
 from jaxtree.rewards import RewardStage
 from jaxtree.rollout.strategies import RolloutStage
 from jaxtree.train.config import TrainConfig
-from jaxtree.train.update import OptimConfig
+from jaxtree.train.optim import OptimConfig
 from jaxtree.train.warm_start import WarmStartConfig
 
 
@@ -223,6 +223,20 @@ RECIPES: dict[str, dict[str, Any]] = {
                "loss.eps_high": 0.2, "loss.kl_coef": 0.001, "filter.name": "none"},
 }
 
+# The `:lora` variant of the pretrained-model configs (configs/*_smollm2.py): rank-16 adapters on
+# every projection over the frozen model (also the KL reference: no second copy), at 10x the
+# full fine-tuning learning rate (the adapters start at zero); the warm start trains adapters too.
+LORA_VARIANT = {"model.lora.rank": 16, "optim.learning_rate": 1e-5}
+
+
+def variant_overrides(variant: str) -> dict[str, Any]:
+    """The overrides of a config file's variant (`--config=FILE:VARIANT`): '' or 'lora'."""
+    variants = {"": {}, "lora": LORA_VARIANT}
+    if variant not in variants:
+        raise ValueError(f"variant {variant!r}: expected one of {sorted(variants)}")
+    return dict(variants[variant])
+
+
 # RL experiments evaluate on 100 held-out tasks x 2 samples every 10 steps.
 RL_EVAL = {"eval.num_tasks": 100, "eval.samples_per_task": 2}
 
@@ -257,13 +271,24 @@ def rl_config(config: ml_collections.ConfigDict, recipe: str,
     return config
 
 
+# The shipped configs (a source checkout's configs/): where `sibling_config` also looks, so a
+# shipped config copied elsewhere to be edited still finds the config it extends.
+SHIPPED_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "configs")
+
+
 def sibling_config(config_file: str, name: str) -> ml_collections.ConfigDict:
     """`get_config()` of configs/<name>.py next to `config_file`, so an experiment can extend
-    another one (e.g. RL on top of its warm-start config) wherever the configs directory lives."""
-    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    another one (e.g. RL on top of its warm-start config) wherever the configs directory lives;
+    when there is none beside it, the shipped one of that name (a shipped config copied to
+    another folder). FileNotFoundError naming both places when neither exists."""
+    here = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    shipped = os.path.join(SHIPPED_CONFIGS, f"{name}.py")
+    path = here if os.path.exists(here) else shipped
     spec = importlib.util.spec_from_file_location(f"_jaxtree_config_{name}", path)
     if spec is None or not os.path.exists(path):
-        raise FileNotFoundError(f"no config file {path}")
+        raise FileNotFoundError(f"{config_file} extends the config {name!r}, which is neither "
+                                f"beside it ({here}) nor among the shipped configs ({shipped})")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config()

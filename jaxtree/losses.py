@@ -292,9 +292,70 @@ def minibatch_loss(model_config: ModelConfig, config: LossConfig, memory: Traini
                    params, mb: Minibatch):
     """(loss, sums of `policy_loss`) of a (micro-)batch under `params` (a parameter tree, or
     `LoraParams`). The entropy is reported even when it is not in the loss; the KL to the
-    reference only when it is (kl_coef > 0: otherwise there is no reference forward)."""
+    reference only when it is (kl_coef > 0: otherwise there is no reference forward). An
+    ActionMinibatch (`take_action_slots`) is scored at its action tokens only
+    (`action_minibatch_loss`)."""
+    if isinstance(mb, ActionMinibatch):
+        return action_minibatch_loss(model_config, config, memory, params, mb)
     logprobs, entropy, _ = token_scores(model_config, params, mb.tokens, memory)
     return loss_of_scores(config, logprobs, entropy, mb)
+
+
+class ActionMinibatch(NamedTuple):
+    """A micro-batch whose loss needs the model's scores at its action tokens only: the whole
+    sequences, each row's action columns in K slots, and the Minibatch fields at those columns.
+
+      tokens     int32[B, T]  whole episodes (the forward runs over all of them)
+      positions  int32[B, K]  per slot, the column of an action token (-1: an empty slot)
+      slots      Minibatch [B, K], each field at those columns (zero in an empty slot)
+    """
+
+    tokens: Any
+    positions: Any
+    slots: Minibatch
+
+
+def slot_count(count: int, width: int, smallest: int = 8) -> int:
+    """Slots K for `count` scored tokens per row of rows `width` wide: a power of two (at least
+    `smallest`), so that a run compiles few shapes, capped at `width`."""
+    return min(max(smallest, 1 << max(0, int(count) - 1).bit_length()), width)
+
+
+def _scored(mb: Minibatch) -> np.ndarray:
+    return np.asarray(mb.action_mask, bool) | (np.asarray(mb.weights) != 0)
+
+
+def action_slot_count(mb: Minibatch) -> int:
+    """K of `take_action_slots` for the micro-batch(es) `mb` ([..., T] host arrays)."""
+    scored = _scored(mb)
+    return slot_count(int(scored.sum(axis=-1).max(initial=1)), scored.shape[-1])
+
+
+def take_action_slots(mb: Minibatch, slots: int) -> ActionMinibatch:
+    """The ActionMinibatch of `mb` (host arrays [B, T]) with `slots` slots per row (at least
+    its rows' count of action tokens, or nonzero weights): each row's scored columns in order,
+    then empty slots."""
+    scored = _scored(mb)
+    rows, width = scored.shape
+    if slots < scored.sum(axis=1).max(initial=0):
+        raise ValueError(f"{slots} slots hold fewer than a row's {scored.sum(axis=1).max()} "
+                         "action tokens")
+    order = np.argsort(~scored, axis=1, kind="stable")[:, :slots]  # scored columns first
+    if order.shape[1] < slots:
+        order = np.pad(order, ((0, 0), (0, slots - order.shape[1])))
+    valid = np.take_along_axis(scored, order, axis=1)
+    positions = np.where(valid, order, -1).astype(np.int32)
+    at = lambda x: np.where(valid, np.take_along_axis(np.asarray(x), order, axis=1),  # noqa: E731
+                            np.zeros((), np.asarray(x).dtype))
+    return ActionMinibatch(np.asarray(mb.tokens), positions, Minibatch(*(at(x) for x in mb)))
+
+
+def action_minibatch_loss(model_config: ModelConfig, config: LossConfig,
+                          memory: TrainingMemory, params, mb: ActionMinibatch):
+    """`minibatch_loss` of the micro-batch `mb` came from (`take_action_slots`), its
+    vocabulary projection computed at the action tokens only."""
+    logprobs, entropy, _ = token_scores(model_config, params, mb.tokens, memory, mb.positions)
+    return loss_of_scores(config, logprobs, entropy, mb.slots)
 
 
 class ForestMinibatch(NamedTuple):
@@ -306,6 +367,8 @@ class ForestMinibatch(NamedTuple):
       tokens        int32[R, NB, T] the trees' tokens; tree: their TreeBlocks
       predictor     int32[R, NB, T] per token, the flat index of the token before it (-1: none)
       token_index   int32[R, S x W] per slot column, the flat index of its token in the row
+      score_index   int32[R, K] or None: score only these tree tokens (flat indices, -1 empty),
+                    the action tokens of the row's trajectories; token_index then indexes K
     """
 
     trajectories: Minibatch
@@ -313,6 +376,7 @@ class ForestMinibatch(NamedTuple):
     tree: Any
     predictor: Any
     token_index: Any
+    score_index: Any = None
 
 
 def forest_minibatch_loss(model_config: ModelConfig, config: LossConfig,
@@ -322,7 +386,7 @@ def forest_minibatch_loss(model_config: ModelConfig, config: LossConfig,
     by several trajectories enters the loss once per trajectory, with that trajectory's
     advantage, ratio clip and weight (and its gradient is the sum over them)."""
     lp_nodes, entropy_nodes, _ = tree_token_scores(model_config, params, mb.tokens, mb.tree,
-                                                   mb.predictor, memory)
+                                                   mb.predictor, memory, mb.score_index)
     shape = mb.trajectories.tokens.shape
     gather = lambda x: jnp.take_along_axis(x, mb.token_index, axis=1).reshape(shape)
     return loss_of_scores(config, gather(lp_nodes), gather(entropy_nodes), mb.trajectories)

@@ -12,13 +12,16 @@ import dataclasses
 import hashlib
 import json
 import os
+from typing import Any
 
 import jax
+import numpy as np
 
 from jaxtree import models
 from jaxtree.config import ConfigError, Section, non_negative, one_of, option
 from jaxtree.models.gguf_io import is_gguf_path
-from jaxtree.models.lora import LoraConfig, LoraParams, content_hash, describe, merge
+from jaxtree.models.lora import (TARGETS, LoraConfig, LoraParams, content_hash, describe,
+                                 merge)
 from jaxtree.models.named import NAMED_MODELS, resolve_named_model
 from jaxtree.models.token_scores import TrainingMemory
 from jaxtree.models.presets import BYTE_VOCAB_PRESETS, PRESETS
@@ -76,11 +79,17 @@ class ModelSpec(Section):
                                "in the losses, recomputed in the backward pass (0 = all at "
                                "once; 256 keeps a 49k vocabulary's logits small)",
                                check=non_negative())
+    action_logits: bool = option(
+        True, "training: the RL update projects onto the vocabulary only at the action tokens "
+        "whose log-probs the loss needs (in slots per row, a power of two), not at prompt and "
+        "observation tokens (the same loss up to float rounding; false: every position)")
     lora: LoraConfig = LoraConfig()
 
     def training_memory(self) -> TrainingMemory:
-        """The remat / logits-chunk trade-offs of the update and warm-start steps."""
-        return TrainingMemory(remat=self.remat, logits_chunk=self.logits_chunk)
+        """The remat / logits-chunk / action-only trade-offs of the update and warm-start
+        steps."""
+        return TrainingMemory(remat=self.remat, logits_chunk=self.logits_chunk,
+                              action_only=self.action_logits)
 
     def check(self):
         if not self.name:
@@ -175,12 +184,9 @@ def load_policy(spec: str, dtype: str | None = None, seed: int = 0,
     raise ValueError(_not_a_policy(spec))
 
 
-def _merged_adapters(checkpoint: str, config: models.ModelConfig, adapters, record: dict,
-                     dtype: str) -> tuple[dict, str]:
-    """(base + adapters merged, their identity) of a LoRA checkpoint whose metadata `record`
-    names its base; BaseMismatchError when that base no longer has the recorded content. The
-    identity hashes the base's hash, the adapters' bytes and the dtype the caller casts the
-    result to, not the merged bytes: it does not depend on the merge's rounding here."""
+def _lora_base(checkpoint: str, config: models.ModelConfig, record: dict) -> Policy:
+    """The base a LoRA checkpoint's metadata `record` names, loaded again; BaseMismatchError
+    when it no longer has the recorded content."""
     base_record = record["base"]
     base = load_policy(base_record["name"], dtype=config.dtype,
                        seed=base_record.get("init_seed", 0), param_dtype=base_record["param_dtype"])
@@ -190,7 +196,22 @@ def _merged_adapters(checkpoint: str, config: models.ModelConfig, adapters, reco
             f"checkpoint {checkpoint} holds LoRA adapters for the base {base_record['name']} "
             f"(sha256 {base_record['sha256'][:16]}), whose content is now another "
             f"(sha256 {found[:16]})")
-    lora = LoraConfig(rank=record["rank"], alpha=record["alpha"], targets=tuple(record["targets"]))
+    return base
+
+
+def _lora_settings(record: dict) -> LoraConfig:
+    return LoraConfig(rank=record["rank"], alpha=record["alpha"], targets=tuple(record["targets"]))
+
+
+def _merged_adapters(checkpoint: str, config: models.ModelConfig, adapters, record: dict,
+                     dtype: str) -> tuple[dict, str]:
+    """(base + adapters merged, their identity) of a LoRA checkpoint whose metadata `record`
+    names its base; BaseMismatchError when that base no longer has the recorded content. The
+    identity hashes the base's hash, the adapters' bytes and the dtype the caller casts the
+    result to, not the merged bytes: it does not depend on the merge's rounding here."""
+    base = _lora_base(checkpoint, config, record)
+    found = base.base_record()["sha256"]
+    lora = _lora_settings(record)
     merged = merge(LoraParams(base.params, adapters, lora.scale), config.compute_dtype)
     identity = f"{found}:{content_hash(adapters)}:{lora.scale!r}:{dtype}"
     return merged, hashlib.sha256(identity.encode()).hexdigest()
@@ -294,3 +315,93 @@ def export_policy(policy: Policy, out: str) -> None:
                   "eos_token_id": stop_ids[0] if len(stop_ids) == 1 else stop_ids}
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(generation, f, indent=2)
+    _umask_modes(out)
+
+
+def _umask_modes(directory: str) -> None:
+    """The safetensors files in `directory` with the mode every other file of an export gets
+    (0666 less the umask): `safetensors` creates its files 0600, unreadable to the group and
+    others that read the tokenizer and config beside them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(".safetensors") and os.path.isfile(path):
+            os.chmod(path, 0o666 & ~umask)
+
+
+# ----------------------------------------------------------------------------- PEFT adapters
+
+ADAPTER_DIR = "adapter"  # a LoRA export's adapter in the PEFT format, under the export directory
+BASE_DIR = "base"  # its base as a Hugging Face directory, when the base is not one already
+PEFT_WEIGHTS = "adapter_model.safetensors"
+PEFT_CONFIG = "adapter_config.json"
+_HF_BLOCKS = {"attn": "self_attn", "mlp": "mlp"}  # transformers' module names (Llama, Qwen)
+
+
+def peft_tensors(adapters) -> dict[str, np.ndarray]:
+    """LoRA adapters under PEFT's names and layout: A [D_in, r] as `...q_proj.lora_A.weight`
+    [r, D_in] and B [r, D_out] as `...q_proj.lora_B.weight` [D_out, r] (torch's Linear
+    weights are [out, in]), float32."""
+    tensors = {}
+    for layer, blocks in adapters.items():
+        index = int(layer.split("_")[1])
+        for block, targets in blocks.items():
+            for target, ab in targets.items():
+                module = (f"base_model.model.model.layers.{index}.{_HF_BLOCKS[block]}."
+                          f"{TARGETS[target][1]}")
+                for name, x in (("lora_A", ab["a"]), ("lora_B", ab["b"])):
+                    tensors[f"{module}.{name}.weight"] = np.ascontiguousarray(
+                        np.asarray(jax.device_get(x), np.float32).T)
+    return tensors
+
+
+def export_peft_adapter(adapters, lora: LoraConfig, out: str, base_model: str) -> None:
+    """Writes `adapters` as a PEFT LoRA adapter directory (`adapter_config.json` +
+    `adapter_model.safetensors`) that `peft.PeftModel.from_pretrained(base, out)` loads onto
+    the Hugging Face model `base_model` (its path, recorded in the config). PEFT's scaling
+    lora_alpha / r is jaxtree's alpha / rank; no dropout, no bias."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    os.makedirs(out, exist_ok=True)
+    save_file(peft_tensors(adapters), os.path.join(out, PEFT_WEIGHTS), metadata={"format": "pt"})
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+              "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": 0.0, "bias": "none",
+              "target_modules": [TARGETS[t][1] for t in lora.targets], "fan_in_fan_out": False,
+              "use_rslora": False, "use_dora": False, "modules_to_save": None,
+              "inference_mode": True}
+    with open(os.path.join(out, PEFT_CONFIG), "w") as f:
+        json.dump(config, f, indent=2)
+    _umask_modes(out)
+
+
+def lora_checkpoint(spec: str) -> tuple[Policy, Any, LoraConfig] | None:
+    """(base policy, adapters, settings) of the LoRA checkpoint `spec` names (a workdir, its
+    checkpoints directory or one step), its base loaded again and checked against the recorded
+    hash; None when `spec` is any other policy."""
+    spec = resolve_named_model(spec)
+    if not (os.path.isdir(spec) and is_policy_checkpoint(spec)):
+        return None
+    if "lora" not in read_policy_metadata(spec):
+        return None
+    config, adapters, _, metadata = load_policy_checkpoint(spec)
+    return _lora_base(spec, config, metadata["lora"]), adapters, _lora_settings(metadata["lora"])
+
+
+def export_lora_adapter(spec: str, out: str) -> str | None:
+    """For a LoRA checkpoint `spec`: its adapter in the PEFT format at `out`/adapter, over its
+    base's Hugging Face directory (the base's own when it is one, else the base exported to
+    `out`/base). Returns the adapter directory, or None when `spec` is no LoRA checkpoint."""
+    parts = lora_checkpoint(spec)
+    if parts is None:
+        return None
+    base, adapters, lora = parts
+    name = base.origin.get("name", "")
+    if os.path.isdir(name) and not is_policy_checkpoint(name):
+        base_model = name  # a Hugging Face directory already
+    else:  # a preset, a GGUF file, a jaxtree checkpoint (e.g. a merged LoRA warm start)
+        base_model = os.path.abspath(os.path.join(out, BASE_DIR))
+        export_policy(base, base_model)
+    adapter_dir = os.path.join(out, ADAPTER_DIR)
+    export_peft_adapter(adapters, lora, adapter_dir, base_model)
+    return adapter_dir

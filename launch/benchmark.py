@@ -7,6 +7,8 @@
     python -m launch.benchmark train --models=tiny,small-25m --micro_batches=8,32
     python -m launch.benchmark train --models=smollm2-135m-instruct --train_rows=1 \
         --seq_len=1024 --micro_batches=1 --memory_modes=none,remat,chunk:256,remat+chunk:256
+    python -m launch.benchmark train --models=smollm2-135m-instruct --lora=0,8,16,64 \
+        --train_rows=4 --micro_batches=2 --memory_modes=remat+chunk:256 --repeats=2
     python -m launch.benchmark update_lengths --models=tiny --train_rows=64 --long_rows=1 \
         --seq_len=1024 --short_len=256 --micro_batches=8
     python -m launch.benchmark latr --lengths=128,256 --prompts=8,32
@@ -64,6 +66,20 @@ _MEMORY_MODES = flags.DEFINE_list("memory_modes", ["none"],
                                   "remat+chunk:N); the first is the baseline.")
 _FLOPS = flags.DEFINE_boolean("flops", True, "train: also count the step's FLOPs (one more "
                               "compilation, of the whole minibatch in one micro-batch).")
+_LORA = flags.DEFINE_list("lora", [], "train: LoRA ranks to compare (0 = full fine-tuning), "
+                          "e.g. 0,8,16,64: the update step on chat-shaped batches (--shapes) "
+                          "with and without the KL term (--kl) and action-only logits "
+                          "(--action_logits), under the first of --memory_modes; empty: the "
+                          "memory-mode benchmark.")
+_SHAPES = flags.DEFINE_list("shapes", ["frozen_lake_chat", "mini_swe"],
+                            "train --lora: batch shapes (prompt, observation and action "
+                            "tokens per turn): frozen_lake_chat, mini_swe, toy.")
+_KL = flags.DEFINE_list("kl", ["off", "on"], "train --lora: without / with the KL term and its "
+                        "reference forward.")
+_ACTION_LOGITS = flags.DEFINE_list("action_logits", ["off", "on"], "train --lora: vocabulary "
+                                   "projection at every position / at action tokens only.")
+_ISOLATE = flags.DEFINE_boolean("isolate", True, "train --lora: each case in a process of its "
+                                "own (its own peak RSS).")
 _LONG_ROWS = flags.DEFINE_integer("long_rows", 1, "update_lengths: rows --seq_len wide; the "
                                   "others are --short_len wide.")
 _SHORT_LEN = flags.DEFINE_integer("short_len", 256, "update_lengths: tokens of the short rows.")
@@ -143,6 +159,9 @@ def main(argv):
                 train.parse_memory_mode(mode)
         except ValueError as e:
             fail(f"--memory_modes: {e}")
+        if _LORA.value:
+            _train_lora(train, output)
+            return
         train.run(list(_MODELS.value), _TRAIN_ROWS.value, _SEQ_LEN.value,
                   [int(m) for m in _MICRO_BATCHES.value], _REPEATS.value, output,
                   memory_modes=tuple(_MEMORY_MODES.value), with_flops=_FLOPS.value)
@@ -181,6 +200,33 @@ def main(argv):
 
     elif name == "prefix_update":
         _prefix_update(output)
+
+
+def _on_off(flag) -> list[bool]:
+    values = [v.strip().lower() for v in flag.value]
+    if not values or any(v not in ("on", "off") for v in values):
+        fail(f"--{flag.name}: expected a list of on, off; got {','.join(flag.value)!r}")
+    return [v == "on" for v in values]
+
+
+def _train_lora(train, output: str) -> None:
+    try:
+        ranks = [int(r) for r in _LORA.value]
+        mode = _MEMORY_MODES.value[0] if _MEMORY_MODES.value else "none"
+        train.parse_memory_mode(mode)
+        micro = int(_MICRO_BATCHES.value[0])
+    except ValueError as e:
+        fail(f"--lora / --memory_modes / --micro_batches: {e}")
+    if any(r < 0 for r in ranks):
+        fail(f"--lora: ranks are >= 0 (0 = full fine-tuning), got {ranks}")
+    unknown = [s for s in _SHAPES.value if s not in train.SHAPES]
+    if unknown or not _SHAPES.value:
+        fail(f"--shapes: {unknown[0] if unknown else ''!r} is not one of {tuple(train.SHAPES)}")
+    if micro <= 0 or _TRAIN_ROWS.value % micro:
+        fail(f"--train_rows={_TRAIN_ROWS.value} is not a multiple of --micro_batches={micro}")
+    train.run_lora(list(_MODELS.value), list(_SHAPES.value), ranks, _on_off(_KL),
+                   _on_off(_ACTION_LOGITS), _TRAIN_ROWS.value, micro, mode, _REPEATS.value,
+                   output, isolate=_ISOLATE.value)
 
 
 def _prefix_update(output: str) -> None:

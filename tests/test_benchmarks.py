@@ -135,6 +135,25 @@ def test_train_benchmark_compares_memory_modes(tmp_path, capsys, one_layer):
         train.parse_memory_mode("chunk:0")
 
 
+def test_train_benchmark_compares_lora_ranks_kl_and_action_only_logits(tmp_path, capsys,
+                                                                        one_layer):
+    from launch.benchmarks import train
+    """Full fine-tuning against rank 4, the KL term and its reference forward on, action-only
+    logits (one configuration per axis value: compiling each costs seconds)."""
+    train.run_lora([one_layer], ["toy"], [0, 4], [True], [True], rows=4, micro=2,
+                   memory_mode="none", repeats=1, output=str(tmp_path / "lora.json"),
+                   isolate=False)
+    results = json.loads((tmp_path / "lora.json").read_text())["results"]
+    assert [(r["action_logits"], r["lora_rank"]) for r in results] == [(True, 0), (True, 4)]
+    full, lora = results
+    assert lora["trainable_params"] < full["trainable_params"] == full["params"]
+    assert all(r["update_seconds"] > 0 and r["reference_seconds"] > 0 and r["temp_bytes"] > 0
+               and r["peak_rss_bytes"] > 0 for r in results)
+    # a 10-token prompt, then 2 turns of 6 observation and 4 action tokens
+    assert full["seq_len"] == 30 and full["action_fraction"] == 8 / 30
+    assert "| toy   | on       | on            | 4" in capsys.readouterr().out
+
+
 # The command-line jobs last: they find the tiny preset's initialisation that the tests above
 # compiled in the compilation cache.
 

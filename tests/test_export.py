@@ -13,7 +13,7 @@ from jaxtree import checkpoints, models
 from jaxtree.models import named
 from jaxtree.policy import Policy, export_policy, load_policy, load_policy_tokenizer
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer
-from toy_run import run_module_jobs
+from toy_run import assert_one_line_error, run_module_jobs
 
 CHAT = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "Which way? \u2190 or \u2192 \U0001F642"},
@@ -69,11 +69,26 @@ def test_an_exported_byte_model_loads_in_transformers_with_the_same_logits_and_i
 
 def test_export_job_takes_a_chosen_step_and_refuses_bad_flags_in_one_line(workdir, tmp_path):
     out = tmp_path / "step1"
-    good, missing_step, no_checkpoint = run_module_jobs(
+    record = tmp_path / "run_record"  # a job's workdir holding only its config record
+    record.mkdir()
+    (record / "config.json").write_text('{"train": {"steps": 3}}')
+    good, missing_step, no_checkpoint, into_run, into_record = run_module_jobs(
         ("-m", "launch.export", f"--workdir={workdir}", "--step=1", f"--out={out}"),
         ("-m", "launch.export", f"--workdir={workdir}", "--step=7", f"--out={tmp_path / 'x'}"),
-        ("-m", "launch.export", f"--workdir={tmp_path / 'none'}", f"--out={tmp_path / 'y'}"))
+        ("-m", "launch.export", f"--workdir={tmp_path / 'none'}", f"--out={tmp_path / 'y'}"),
+        ("-m", "launch.export", f"--workdir={workdir}", f"--out={workdir}"),
+        ("-m", "launch.export", f"--workdir={workdir}", f"--out={record}"))
     assert good.returncode == 0, good.stderr
+    # the weights are as readable as the files beside them (safetensors creates them 0600)
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.safetensors", "config.json"):
+        assert os.stat(out / name).st_mode & 0o777 == 0o666 & ~umask, name
+    # a job's workdir is refused, its record untouched (issue 43: --out=RUN replaced config.json)
+    assert_one_line_error(into_run, 2, f"--out: {workdir} holds a job's files (checkpoints)")
+    assert not os.path.exists(os.path.join(workdir, "config.json"))
+    assert_one_line_error(into_record, 2, f"--out: {record} holds a job's files (config.json)")
+    assert json.loads((record / "config.json").read_text()) == {"train": {"steps": 3}}
     step1 = load_policy(os.path.join(workdir, "checkpoints", "1"))
     jax.tree_util.tree_map(np.testing.assert_array_equal, load_policy(str(out)).params,
                            step1.params)

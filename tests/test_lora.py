@@ -4,6 +4,7 @@ alone, the base as the KL reference, no reference forward without the KL term, t
 and a toy run's exact resume and its refusal of another base."""
 
 import copy
+import json
 import os
 import shutil
 
@@ -25,10 +26,13 @@ from jaxtree.train.update import Updater
 from toy_run import toy_config
 
 TINY = models.get_preset("tiny")
+# The families' checks at two blocks: adapters are per block, and a second block sees what the
+# first one's adapters changed; four would only compile longer.
+TWO_BLOCKS = TINY.replace(num_layers=2)
 FAMILIES = {
-    "llama": TINY,
-    "qwen2": TINY.replace(model_type="qwen2", qkv_bias=True),
-    "qwen3": TINY.replace(model_type="qwen3", qk_norm=True),
+    "llama": TWO_BLOCKS,
+    "qwen2": TWO_BLOCKS.replace(model_type="qwen2", qkv_bias=True),
+    "qwen3": TWO_BLOCKS.replace(model_type="qwen3", qk_norm=True),
 }
 LORA = LoraConfig(rank=4, alpha=8.0)
 TOKENS = np.random.default_rng(0).integers(0, 256, (2, 12)).astype(np.int32)
@@ -155,7 +159,7 @@ def lora_updater(families):
     config, base, _ = families["llama"]
     loss = LossConfig(kl_coef=0.05, entropy_coef=0.01)
     return Updater(config, optax.sgd(1.0), loss, 2, mesh_lib.make_mesh(), base,
-                   width_multiple=8, lora=LORA)
+                   TrainingMemory(action_only=False), width_multiple=8, lora=LORA)
 
 
 @pytest.mark.parametrize("by_length", [True, False])
@@ -329,3 +333,166 @@ def test_resuming_a_lora_run_on_another_base_is_refused_naming_it(lora_run):
     message = str(error.value)
     assert message.startswith("config.model.name: the checkpoints in ")
     assert "), not for tiny (sha256 " in message and "\n" not in message
+
+
+# ----------------------------------------------------------------------------- export
+
+def _torch_logits(model, tokens):
+    import torch
+    with torch.no_grad():
+        return model(torch.as_tensor(np.asarray(tokens, np.int64))).logits.numpy()
+
+
+def _check_export(out, adapter_dir, base_dir, base, adapters, config, lora):
+    """The merged export in transformers and the adapter in peft over the base directory give
+    jaxtree's logits of base + adapters (unmerged); the adapter has PEFT's names and shapes."""
+    import torch
+    import transformers
+    from peft import PeftModel
+    from safetensors.numpy import load_file
+    ours = np.asarray(models.forward(config, LoraParams(base, adapters, lora.scale), TOKENS))
+    assert np.abs(ours - np.asarray(models.forward(config, base, TOKENS))).max() > 1e-3
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    np.testing.assert_allclose(_torch_logits(merged, TOKENS), ours, atol=1e-4)
+    peft_config = json.load(open(os.path.join(adapter_dir, "adapter_config.json")))
+    assert peft_config["base_model_name_or_path"] == base_dir
+    assert (peft_config["r"], peft_config["lora_alpha"]) == (lora.rank, lora.alpha)
+    assert sorted(peft_config["target_modules"]) == sorted(TARGETS[t][1] for t in lora.targets)
+    tensors = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    a = adapters["layers_1"]["attn"]["q"]
+    np.testing.assert_array_equal(
+        tensors["base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"], a["a"].T)
+    np.testing.assert_array_equal(
+        tensors["base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"], a["b"].T)
+    assert len(tensors) == 2 * config.num_layers * len(lora.targets)
+    hf_base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    np.testing.assert_allclose(_torch_logits(hf_base.eval(), TOKENS),
+                               np.asarray(models.forward(config, base, TOKENS)), atol=1e-4)
+    adapted = PeftModel.from_pretrained(hf_base, adapter_dir).eval()
+    np.testing.assert_allclose(_torch_logits(adapted, TOKENS), ours, atol=1e-4)
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in (os.path.join(out, "model.safetensors"),
+                 os.path.join(adapter_dir, "adapter_model.safetensors")):
+        assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as the other files (not 0600)
+
+
+def test_a_lora_run_exports_merged_and_as_a_peft_adapter_over_its_base(lora_run, tmp_path):
+    """The toy run's base is its LoRA warm start (base + warm-start adapters merged, a jaxtree
+    checkpoint): the export writes it as a Hugging Face directory beside the adapter."""
+    from jaxtree.checkpoints import load_policy_checkpoint
+    from jaxtree.policy import export_lora_adapter, export_policy, load_policy
+    _, straight, _ = lora_run
+    out = str(tmp_path / "hf")
+    export_policy(load_policy(straight), out)
+    adapter_dir = export_lora_adapter(straight, out)
+    config, adapters, _, metadata = load_policy_checkpoint(straight)
+    base = load_policy(metadata["lora"]["base"]["name"]).params
+    _check_export(out, adapter_dir, os.path.join(out, "base"), base, adapters, config,
+                  LoraConfig(rank=4))
+
+
+def test_a_lora_checkpoint_over_a_hugging_face_base_points_peft_at_it(families, tmp_path):
+    """A base that is a Hugging Face directory (random Qwen2-shaped: q/k/v biases) is not
+    copied: the adapter config names it."""
+    from jaxtree.checkpoints import save_policy
+    from jaxtree.policy import Policy, export_lora_adapter, export_policy, load_policy
+    from jaxtree.tokenizers import ByteTokenizer
+    config, base, adapters = families["qwen2"]
+    hf_dir = str(tmp_path / "base_hf")
+    export_policy(Policy(config, base, ByteTokenizer(), "test"), hf_dir)
+    base_policy = load_policy(hf_dir)
+    lora = LoraConfig(rank=4, alpha=8.0)
+    work = str(tmp_path / "run")
+    save_policy(work, 1, adapters, config, "byte",
+                {"lora": dict(rank=4, alpha=8.0, targets=list(lora.targets),
+                              base=base_policy.base_record())})
+    out = str(tmp_path / "out")
+    export_policy(load_policy(work), out)
+    adapter_dir = export_lora_adapter(work, out)
+    assert not os.path.exists(os.path.join(out, "base"))
+    _check_export(out, adapter_dir, os.path.abspath(hf_dir), base, adapters, config, lora)
+
+
+# ----------------------------------------------------------------------------- action-only logits
+
+def _action_batch(loss_config, rows=4, width=24, seed=5):
+    """Rows with ragged action spans (several per row, one at column 0, one row without any)."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 256, (rows, width)).astype(np.int32)
+    mask = np.zeros((rows, width), bool)
+    mask[0, 0:3] = mask[0, 10:14] = True
+    mask[1, 20:24] = True
+    mask[2, 5:7] = mask[2, 12:13] = mask[2, 18:21] = True
+    old = np.where(mask, -rng.uniform(0.2, 3.0, mask.shape), 0).astype(np.float32)
+    ref = np.where(mask, -rng.uniform(0.2, 3.0, mask.shape), 0).astype(np.float32)
+    advantages = np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32)
+    return losses.minibatch(tokens, mask, old, advantages, ref, loss_config, 1.0)
+
+
+def test_action_only_scores_equal_the_full_scores_and_their_gradients(families):
+    """Scores at the action slots equal the whole-row scores at those columns, and a loss of
+    them has the same gradient, for the whole model and for adapters (and with the
+    vocabulary projection in chunks)."""
+    config, base, adapters = families["llama"]
+    mb = _action_batch(LossConfig())
+    amb = losses.take_action_slots(mb, losses.action_slot_count(mb))
+    assert amb.positions.shape == (4, 8)  # 7 action tokens at most: 8 slots
+    valid = amb.positions >= 0
+    np.testing.assert_array_equal(amb.positions[2, :6], [5, 6, 12, 18, 19, 20])
+    assert not valid[3].any() and (amb.positions[0, :7] == [0, 1, 2, 10, 11, 12, 13]).all()
+    columns = jnp.asarray(np.maximum(amb.positions, 0))
+    weights = jnp.asarray(np.where(valid, np.random.default_rng(0).normal(size=valid.shape), 0))
+    tokens, positions = jnp.asarray(mb.tokens), jnp.asarray(amb.positions)
+
+    def full(params):
+        return [jnp.take_along_axis(x, columns, axis=1)
+                for x in token_scores(config, params, tokens)]
+
+    def sliced(params, memory=TrainingMemory()):
+        return token_scores(config, params, tokens, memory, positions)
+
+    def loss(scores):
+        return (weights * (scores[0] + 0.3 * scores[1])).sum()
+
+    for params, wrt in ((base, lambda p: p),
+                        (adapters, lambda a: LoraParams(base, a, LORA.scale))):
+        @jax.jit
+        def both(p):
+            return [(f(wrt(p)), jax.grad(lambda q: loss(f(wrt(q))))(p))
+                    for f in (full, sliced)]
+        (expected, expected_grad), (ours, grad) = both(params)
+        for e, o in zip(expected, ours):
+            np.testing.assert_allclose(np.where(valid, e, 0), o, atol=2e-6)
+        assert max(float(np.abs(g).max()) for g in jax.tree_util.tree_leaves(grad)) > 1e-3
+        chex.assert_trees_all_close(grad, expected_grad, atol=2e-6, rtol=1e-5)
+    chunked = jax.jit(lambda p: sliced(p, TrainingMemory(logits_chunk=3)))(base)
+    for e, o in zip(jax.jit(full)(base), chunked):
+        np.testing.assert_allclose(np.where(valid, e, 0), o, atol=2e-6)
+
+
+def test_an_action_only_update_equals_the_full_one_by_length_and_through_the_forest(
+        families, lora_updater):
+    """One LoRA step (KL and entropy on) with action-only logits (the default), by length and
+    through the prefix forest, equals the full-logits step by length."""
+    from jaxtree.train.forest_update import ForestSteps
+    config, base, _ = families["llama"]
+    u = lora_updater
+    action_only = Updater(config, optax.sgd(1.0), u.loss_config, 2, mesh_lib.make_mesh(), base,
+                          TrainingMemory(action_only=True), width_multiple=8, lora=LORA)
+    mb = _action_batch(u.loss_config)
+    tokens = mb.tokens.copy()  # groups {0, 1} and {2, 3}, sharing their first 10 and 5 tokens
+    tokens[1, :10], tokens[3, :5] = tokens[0, :10], tokens[2, :5]
+    mb, groups = mb._replace(tokens=tokens), np.asarray([0, 0, 1, 1])
+    expected, metrics = u.step(u.init_state(base), mb, by_length=True)
+    by_length, by_length_metrics = action_only.step(action_only.init_state(base), mb,
+                                                    by_length=True)
+    forest = ForestSteps(action_only, block=8)
+    plan = forest.plan(mb, groups)
+    assert all(fmb.score_index is not None for fmb, _ in plan)
+    shared, shared_metrics = forest.step(action_only.init_state(base), [f for f, _ in plan])
+    for state, got in ((by_length, by_length_metrics), (shared, shared_metrics)):
+        chex.assert_trees_all_close(state.params, expected.params, atol=2e-6, rtol=1e-5)
+        for key in metrics:
+            np.testing.assert_allclose(got[key], metrics[key], rtol=2e-5, atol=1e-6,
+                                       err_msg=key)

@@ -15,9 +15,16 @@ float reassociation, for less memory and more compute):
                 time under `jax.checkpoint`, so neither the forward nor the backward pass ever
                 holds more than [B, logits_chunk, V] logits (0: all positions at once).
 
+A third, `action_only`, skips work instead of trading it: the losses need log-probs and entropies
+at the action tokens only, so the update gathers each row's action positions into K slots
+(`token_scores(..., positions=)`, K the most any row of the micro-batch has, rounded up to a
+power of two so that compilation stays bounded) and projects only those hidden states onto the
+vocabulary. On chat prompts, where the prompt and observations are most of a row, this removes
+most of the [B, T, V] logits and their log-softmax, forward and backward.
+
 They travel as `TrainingMemory`, a frozen (hashable, jit-static) value built from the `model`
-config section (`model.remat`, `model.logits_chunk`) and handed to the update and warm-start
-steps.
+config section (`model.remat`, `model.logits_chunk`, `model.action_logits`) and handed to the
+update and warm-start steps.
 
 Every function takes `params` as a parameter pytree or as `jaxtree.models.lora.LoraParams` (a
 frozen base and LoRA adapters, applied unmerged: differentiated with respect to the adapters, the
@@ -43,6 +50,9 @@ class TrainingMemory:
 
     remat: bool = False
     logits_chunk: int = 0
+    # the RL update's vocabulary projection at action tokens only (`model.action_logits`, on by
+    # default; the warm start's loss ignores it)
+    action_only: bool = True
 
     def __post_init__(self):
         if self.logits_chunk < 0:
@@ -126,7 +136,8 @@ def _chunked_scores(config: ModelConfig, params: dict, hidden: jax.Array, target
 
 
 def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree: TreeBlocks,
-                      predictor: jax.Array, memory: TrainingMemory = TrainingMemory()):
+                      predictor: jax.Array, memory: TrainingMemory = TrainingMemory(),
+                      index: jax.Array | None = None):
     """Each token's log-prob given its ancestors, the entropy there and its greedy hit, for
     token trees packed in blocks (`jaxtree.models.tree_blocks`).
 
@@ -135,8 +146,11 @@ def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree
       predictor: int32[R, NB, T], per token the flat index (block x T + offset, in its row) of
         the token before it on its path; -1 where there is none.
 
+      index: int32[R, K] (optional): score only these tokens (flat indices, -1: an empty slot).
+
     Returns:
-      (logprobs, entropy, greedy) [R, NB x T]; 0 / 0 / False where there is no predictor.
+      (logprobs, entropy, greedy) [R, NB x T] ([R, K] with `index`); 0 / 0 / False where there
+      is no predictor (or no token).
     """
     rows, blocks, width = tokens.shape
     hidden, _ = Transformer(config, remat=memory.remat).apply(
@@ -144,15 +158,20 @@ def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree
         return_hidden=True)
     hidden = hidden.reshape(rows, blocks * width, -1)
     flat_predictor = predictor.reshape(rows, blocks * width)
+    flat_tokens = tokens.reshape(rows, blocks * width)
+    if index is not None:
+        at = jnp.maximum(index, 0)
+        flat_predictor = jnp.where(index >= 0,
+                                   jnp.take_along_axis(flat_predictor, at, axis=1), -1)
+        flat_tokens = jnp.take_along_axis(flat_tokens, at, axis=1)
     before = jnp.take_along_axis(hidden, jnp.maximum(flat_predictor, 0)[..., None], axis=1)
-    scores = _chunked_scores(config, params, before, tokens.reshape(rows, blocks * width),
-                             memory)
+    scores = _chunked_scores(config, params, before, flat_tokens, memory)
     has = flat_predictor >= 0
     return tuple(jnp.where(has, x, jnp.zeros((), x.dtype)) for x in scores)
 
 
 def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
-                 memory: TrainingMemory = TrainingMemory()):
+                 memory: TrainingMemory = TrainingMemory(), positions: jax.Array | None = None):
     """Each token's log-prob given the tokens before it, the entropy there, and its greedy hit.
 
     Args:
@@ -161,14 +180,25 @@ def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
       tokens: int32[B, T], each row a sequence starting at position 0 (right padding is
         harmless: causal attention never lets a real token see the padding after it).
       memory: the remat / logits-chunk trade-offs (results agree to float reassociation).
+      positions: int32[B, K] (optional): score only these columns of each row (-1: an empty
+        slot); the vocabulary projection then runs on B x K hidden states instead of B x T.
 
     Returns:
       (logprobs float32[B, T], entropy float32[B, T], greedy bool[B, T]); column 0 (no context)
-      is 0 / 0 / False.
+      is 0 / 0 / False. With `positions`, the same at those columns, [B, K] (0 / 0 / False in
+      empty slots).
     """
     batch, width = tokens.shape
     hidden, _ = Transformer(config, remat=memory.remat).apply(
         model_variables(params), tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
+    if positions is not None:
+        # token t is predicted from the hidden state at t - 1
+        has = positions >= 1
+        before = jnp.take_along_axis(hidden, jnp.clip(positions - 1, 0, width - 2)[..., None],
+                                     axis=1)  # [B, K, D]
+        targets = jnp.take_along_axis(tokens, jnp.clip(positions, 0, width - 1), axis=1)
+        scores = _chunked_scores(config, params, before, targets, memory)
+        return tuple(jnp.where(has, x, jnp.zeros((), x.dtype)) for x in scores)
     logprobs, entropy, greedy = _chunked_scores(config, params, hidden, tokens[:, 1:], memory)
     first = lambda x: jnp.zeros((batch, 1), x.dtype)
     return (jnp.concatenate([first(logprobs), logprobs], axis=1),

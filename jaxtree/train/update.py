@@ -27,11 +27,16 @@ A non-finite loss or gradient norm leaves params and optimizer state unchanged a
 With LoRA (`jaxtree.models.lora`) the trained params are the adapters: the frozen base is an
 explicit input of each jitted step (held once, never donated), gradients and optimizer state
 cover the adapters alone, and the model is applied unmerged (no weight gradient of the base).
+
+With `TrainingMemory(action_only=True)` (the default; `model.action_logits`) `Updater.step`
+hands every micro-batch to the loss as a `losses.ActionMinibatch`: its action tokens gathered
+into K slots per row (K a power of two per accumulation call), so the vocabulary projection runs
+at those positions only; the same loss up to float rounding. A plain Minibatch given to the
+jitted step is scored at every position.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -44,7 +49,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtree import losses
 from jaxtree.losses import (MINIBATCH_DTYPES, Minibatch,  # noqa: F401 (re-exported)
                             needed_widths, take_micro_batch, take_rows)
-from jaxtree.config import Section, between, non_negative, one_of, option, positive
+from jaxtree.train.optim import (SCHEDULES, OptimConfig,  # noqa: F401 (re-exported)
+                                 make_optimizer, make_schedule, optimizer_from_config)
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.lora import LoraConfig, LoraParams, init_adapters, merge
 from jaxtree.models.token_scores import TrainingMemory, token_scores
@@ -59,56 +65,6 @@ class TrainState(NamedTuple):
     step: jax.Array
     params: Any
     opt_state: Any
-
-
-SCHEDULES = ("constant", "cosine")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig(Section):
-    """Config section `optim`: AdamW after global-norm clipping, on a warm-up + decay schedule."""
-
-    learning_rate: float = option(5e-4, "peak learning rate", check=positive())
-    schedule: str = option("constant", "after warm-up: 'constant', or 'cosine' decay to 10%",
-                           check=one_of(SCHEDULES))
-    warmup_steps: int = option(0, "optimizer steps of linear warm-up from 0",
-                               check=non_negative())
-    weight_decay: float = option(0.0, "AdamW weight decay", check=non_negative())
-    max_grad_norm: float = option(1.0, "global gradient-norm clip", check=positive())
-    b1: float = option(0.9, "Adam β1", check=between(0, 1, high_open=True))
-    b2: float = option(0.999, "Adam β2", check=between(0, 1, high_open=True))
-
-
-def make_schedule(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 1,
-                  schedule: str = "constant") -> optax.Schedule:
-    """Linear warm-up to `learning_rate`, then constant or cosine decay to 10% by `total_steps`."""
-    if schedule == "constant":
-        after = optax.constant_schedule(learning_rate)
-    elif schedule == "cosine":
-        after = optax.cosine_decay_schedule(learning_rate, max(total_steps - warmup_steps, 1),
-                                            alpha=0.1)
-    else:
-        raise ValueError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-    if warmup_steps <= 0:
-        return after
-    warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
-    return optax.join_schedules([warmup, after], [warmup_steps])
-
-
-def make_optimizer(schedule: optax.Schedule, *, weight_decay: float = 0.0,
-                   max_grad_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
-                   eps: float = 1e-8) -> optax.GradientTransformation:
-    """Global-norm gradient clipping, then AdamW on `schedule`."""
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
-                       optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
-
-
-def optimizer_from_config(optim: OptimConfig, total_steps: int):
-    """(optimizer, schedule) of an `optim` section for a run of `total_steps` optimizer steps."""
-    schedule = make_schedule(optim.learning_rate, warmup_steps=optim.warmup_steps,
-                             total_steps=total_steps, schedule=optim.schedule)
-    return make_optimizer(schedule, weight_decay=optim.weight_decay,
-                          max_grad_norm=optim.max_grad_norm, b1=optim.b1, b2=optim.b2), schedule
 
 
 def _micro_batches(x: jax.Array, count: int) -> jax.Array:
@@ -129,10 +85,11 @@ def _grad_fn(model_config, loss_config, memory, loss=losses.minibatch_loss, base
 
 
 def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
-                  memory: TrainingMemory = TrainingMemory()) -> tuple[str, ...]:
-    """The names of the loss sums `losses.minibatch_loss` reports for this loss config (traced
-    abstractly; `mb_template`: any micro-batch, only its dtypes matter)."""
-    (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory), params,
+                  memory: TrainingMemory = TrainingMemory(),
+                  loss=losses.minibatch_loss) -> tuple[str, ...]:
+    """The names of the loss sums `loss` reports for this loss config (traced abstractly;
+    `mb_template`: any micro-batch, only its dtypes matter)."""
+    (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory, loss), params,
                                   mb_template)
     return tuple(sums)
 
@@ -186,10 +143,13 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
                 loss_config: losses.LossConfig, micro_batch_size: int, state: TrainState,
                 batch: Minibatch,
                 micro_batch_sharding: NamedSharding | None = None,
-                memory: TrainingMemory = TrainingMemory(), base=None, lora_scale: float = 1.0):
+                memory: TrainingMemory = TrainingMemory(), base=None, lora_scale: float = 1.0,
+                loss=losses.minibatch_loss):
     """One optimizer step on one minibatch, fused: every micro-batch as wide as the minibatch.
     `memory` trades compute for activation memory (`jaxtree.models.token_scores`); `base`, as
-    in `accumulate_gradients`.
+    in `accumulate_gradients`; `batch` is what `loss` takes (for `losses.minibatch_loss` a
+    Minibatch, or an ActionMinibatch: logits at action tokens only), rows first in every
+    field.
 
     Returns (new state, metrics: loss, grad_norm, skipped, learning-rate free loss diagnostics).
     """
@@ -203,9 +163,9 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
         mbs = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, micro_batch_sharding),
                            mbs)
     keys = loss_sum_keys(model_config, loss_config, state.params if base is None else base,
-                         jax.tree.map(lambda x: x[0], mbs), memory)
+                         jax.tree.map(lambda x: x[0], mbs), memory, loss)
     carry = accumulate_gradients(model_config, loss_config, memory, state.params,
-                                 zero_carry(state.params, keys), mbs, base=base,
+                                 zero_carry(state.params, keys), mbs, loss=loss, base=base,
                                  lora_scale=lora_scale)
     return apply_gradients(optimizer, state, carry)
 
@@ -297,6 +257,8 @@ class Updater:
         self.width_multiple = width_multiple
         mb_sharding = NamedSharding(mesh, P(None, mesh_lib.BATCH_AXES))
         self.micro_batch_sharding = mb_sharding
+        # the loss takes a Minibatch, or with memory.action_only an ActionMinibatch (`step`
+        # gives it one: `loss_input`), its vocabulary projection at action tokens only
         self._step = self._with_base(
             functools.partial(update_step, model_config, optimizer, loss_config, micro_batch_size,
                               micro_batch_sharding=mb_sharding, memory=memory),
@@ -340,7 +302,9 @@ class Updater:
                          in_shardings=(self.model_shardings, *in_shardings),
                          out_shardings=out_shardings,
                          donate_argnums=tuple(i + 1 for i in donate_argnums))
-        return lambda *args: jitted(self.base, *args)
+        call = functools.partial(jitted, self.base)
+        call.lower = functools.partial(jitted.lower, self.base)  # as a jitted function's
+        return call
 
     def jit_accumulate(self, loss):
         """`accumulate_gradients` of `loss` jitted: (state params, carry, stacked
@@ -411,8 +375,8 @@ class Updater:
         """One optimizer step on the minibatch `batch` (host arrays, B a multiple of
         `row_multiple`): fused, or with micro-batches grouped `by_length`."""
         if not by_length:
-            return self._step(state, Minibatch(*(distributed.put(x, self.batch_sharding)
-                                                 for x in batch)))
+            return self._step(state, distributed.put(self.loss_input(batch),
+                                                     self.batch_sharding))
         batch = Minibatch(*(np.asarray(x) for x in batch))
         groups = length_groups(needed_widths(batch.action_mask, batch.weights),
                                self.row_multiple, self.width_multiple)
@@ -420,11 +384,21 @@ class Updater:
             groups = [(np.full(self.row_multiple, -1), self.width_multiple)]
         carry = self._zero_carry(state.params)
         for indices, width in accumulation_calls(groups):
-            mb = take_micro_batch(batch, np.concatenate(indices), width)
-            mbs = jax.tree.map(lambda x: x.reshape(len(indices), self.row_multiple, width), mb)
+            mb = self.loss_input(take_micro_batch(batch, np.concatenate(indices), width))
+            mbs = jax.tree.map(lambda x: x.reshape(len(indices), self.row_multiple,
+                                                   *x.shape[1:]), mb)
             carry = self._accumulate(state.params, carry,
                                      distributed.put(mbs, self.micro_batch_sharding))
         return self._apply(state, carry)
+
+    def loss_input(self, mb: Minibatch):
+        """What the update's loss takes of the (micro-)batch `mb` (host arrays [B, T]): `mb`
+        itself, or with `memory.action_only` its action tokens in K slots per row
+        (`losses.take_action_slots`, K a power of two: `losses.action_slot_count`)."""
+        if not self.memory.action_only:
+            return Minibatch(*mb)
+        mb = Minibatch(*(np.asarray(x) for x in mb))
+        return losses.take_action_slots(mb, losses.action_slot_count(mb))
 
     def logprobs(self, params, tokens, widths: np.ndarray | None = None) -> jax.Array:
         """float32[B, T] log-probs of `tokens` (B a multiple of `row_multiple`), computed in

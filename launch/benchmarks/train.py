@@ -70,7 +70,8 @@ def _updater(config, params, micro: int, memory: TrainingMemory) -> Updater:
 def _step_flops(config, params, batch, rows: int) -> float:
     updater = _updater(config, params, rows, TrainingMemory())
     state = jax.eval_shape(updater.init_state, params)
-    placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), batch)
+    placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                          updater.loss_input(batch))
     return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
 
 
@@ -89,7 +90,7 @@ def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, outpu
             for mode, memory in modes.items():
                 updater = _updater(config, params, micro, memory)
                 state = [updater.init_state(params)]
-                placed = jax.device_put(batch, updater.batch_sharding)
+                placed = jax.device_put(updater.loss_input(batch), updater.batch_sharding)
                 compiled = updater._step.lower(state[0], placed).compile()
                 temp = int(compiled.memory_analysis().temp_size_in_bytes)
 
@@ -198,4 +199,141 @@ def run_lengths(model_names, rows: int, long_rows: int, seq_len: int, short_len:
                  "reference fused s", "reference by length s", "speed-up",
                  "columns fused / by length", "max param diff"], table)
     write_json(output, {"benchmark": "update_lengths", "machine": machine_info(),
+                        "results": results})
+
+
+# ----------------------------------------------------------------------------- LoRA, action-only
+
+# Batch shapes of `run_lora`: (prompt, observation, action tokens per turn, turns). Each row is a
+# chat prompt, then turns of an observation and an action; only the actions have a loss.
+SHAPES = {
+    # configs/frozen_lake_smollm2.py: a ~250-token chat prompt, ~150-token board observations,
+    # actions of at most 48 tokens (~30 used), 6 turns: 1,330 positions, 14% of them actions
+    "frozen_lake_chat": (250, 150, 30, 6),
+    # configs/mini_swe_smollm2.py: a ~385-token prompt, tool output up to 800 characters
+    # (~200 tokens), edits of at most 128 tokens (~90 used), 4 turns: 1,545 positions, 23%
+    "mini_swe": (385, 200, 90, 4),
+    # a smoke-test shape for the tiny models (tests)
+    "toy": (10, 6, 4, 2),
+}
+
+
+def shaped_batch(config, rows: int, shape: str, seed: int = 0) -> losses.Minibatch:
+    """A random minibatch of `rows` rows laid out as SHAPES[shape] says (every row alike)."""
+    prompt, observation, action, turns = SHAPES[shape]
+    seq_len = prompt + turns * (observation + action)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, min(config.vocab_size, 32000), (rows, seq_len)).astype(np.int32)
+    mask = np.zeros((rows, seq_len), bool)
+    for turn in range(turns):
+        start = prompt + turn * (observation + action) + observation
+        mask[:, start:start + action] = True
+    old = np.where(mask, -rng.uniform(0.1, 3.0, (rows, seq_len)), 0).astype(np.float32)
+    advantages = np.where(mask, rng.normal(size=(rows, 1)), 0).astype(np.float32)
+    return losses.minibatch(tokens, mask, old, advantages, old, LossConfig(), 0.0)
+
+
+def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
+              action_only: bool, memory_mode: str, repeats: int) -> dict:
+    """One configuration of `run_lora` in this process: the update step (fused, AdamW) of
+    full fine-tuning (rank 0) or LoRA adapters of `rank` on every projection, with the KL term
+    and its reference forward (the base, or a copy of the whole model) or without either."""
+    import resource  # noqa: PLC0415
+
+    from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
+    from jaxtree.parallel import distributed  # noqa: PLC0415
+
+    policy = load_policy(name, param_dtype="float32")
+    config, params = policy.config, policy.params
+    batch = shaped_batch(config, rows, shape)
+    memory = parse_memory_mode(memory_mode)
+    memory = TrainingMemory(memory.remat, memory.logits_chunk, action_only)
+    updater = Updater(config, make_optimizer(make_schedule(1e-4)),
+                      LossConfig(kl_coef=0.01 if kl else 0.0), micro, make_mesh(), params, memory,
+                      lora=LoraConfig(rank=rank) if rank else None)
+    state = [updater.init_state(params)]
+    trainable = models.num_params(state[0].params)
+    placed = distributed.put(updater.loss_input(batch), updater.batch_sharding)
+    temp = int(updater._step.lower(state[0], placed).compile().memory_analysis()
+               .temp_size_in_bytes)
+
+    def step():
+        state[0], metrics = updater._step(state[0], placed)
+        jax.block_until_ready(metrics)
+
+    timed = {"update": step}
+    if kl:
+        reference = updater.reference_params(params)  # LoRA: the base itself; else a copy
+        timed["reference"] = lambda: jax.block_until_ready(
+            updater.logprobs(reference, batch.tokens))
+    timed = interleaved_median_seconds(timed, repeats)
+    update = timed["update"][0]
+    reference_s = timed["reference"][0] if kl else 0.0
+    tokens = rows * batch.tokens.shape[1]
+    return {"model": name, "shape": shape, "rows": rows, "seq_len": int(batch.tokens.shape[1]),
+            "action_fraction": float(np.asarray(batch.action_mask).mean()),
+            "micro_batch_size": micro, "lora_rank": rank, "kl": kl, "action_logits": action_only,
+            "memory_mode": memory_mode, "trainable_params": trainable,
+            "params": models.num_params(params), "update_seconds": update,
+            "reference_seconds": reference_s, "step_seconds": update + reference_s,
+            "tokens_per_s": tokens / (update + reference_s), "temp_bytes": temp,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "times": {k: v[1] for k, v in timed.items()}}
+
+
+def _isolated_case(kwargs: dict) -> dict:
+    """`lora_case(**kwargs)` in a process of its own, so that its peak RSS is its own."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = ("import json, sys; from launch.benchmarks.train import lora_case; "
+            "print('RESULT ' + json.dumps(lora_case(**json.loads(sys.stdin.read()))))")
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(kwargs),
+                          capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"benchmark case {kwargs} failed: {proc.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: int,
+             memory_mode: str, repeats: int, output: str, isolate: bool = True) -> None:
+    """Full fine-tuning (rank 0) against LoRA ranks, with and without the KL term (and its
+    reference forward), with the vocabulary projection at every position or at the action
+    tokens only, on chat-shaped batches (SHAPES): update-step time, the reference forward's,
+    tokens/s, XLA's temporaries of the step and the peak RSS (each case in a process of its own
+    with `isolate`; else the peak so far of this process). Ratios are against full fine-tuning
+    with every position's logits of the same shape and KL setting."""
+    results, table = [], []
+    for name in model_names:
+        for shape in shapes:
+            for kl in kls:
+                base = None
+                for action_only in action_modes:
+                    for rank in ranks:
+                        kwargs = dict(name=name, shape=shape, rows=rows, micro=micro, rank=rank,
+                                      kl=kl, action_only=action_only, memory_mode=memory_mode,
+                                      repeats=repeats)
+                        r = _isolated_case(kwargs) if isolate else lora_case(**kwargs)
+                        results.append(r)
+                        base = base or r
+                        table.append([
+                            name, shape, "on" if kl else "off",
+                            "on" if action_only else "off", rank or "full",
+                            f"{r['trainable_params']:,}", f"{r['update_seconds']:.2f}",
+                            f"{r['reference_seconds']:.2f}",
+                            f"{r['step_seconds'] / base['step_seconds']:.2f}",
+                            f"{r['tokens_per_s']:,.0f}", f"{r['temp_bytes'] / 2**20:,.0f}",
+                            f"{r['peak_rss_bytes'] / 2**20:,.0f}",
+                            f"{r['peak_rss_bytes'] / base['peak_rss_bytes']:.2f}"])
+                        print(f"  {name} {shape} kl={kl} action_only={action_only} "
+                              f"rank={rank}: done", flush=True)
+    print(f"\nupdate step (fused, AdamW): {rows} rows per minibatch, micro-batches of {micro}, "
+          f"memory mode {memory_mode}, median of {repeats}; ratios against the first case of "
+          "each shape and KL setting" + ("" if isolate else " (RSS: this process's peak so far)"))
+    print_table(["model", "shape", "KL + ref", "action logits", "LoRA rank", "trainable",
+                 "update s", "reference s", "time ratio", "tokens/s", "temp MiB",
+                 "peak RSS MiB", "RSS ratio"], table)
+    write_json(output, {"benchmark": "train_lora", "machine": machine_info(),
                         "results": results})

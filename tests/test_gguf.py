@@ -367,13 +367,27 @@ SMOLLM2 = os.path.join(os.environ.get("JAXTREE_MODEL_DIR",
 
 @pytest.mark.skipif(not os.path.isfile(SMOLLM2),
                     reason=f"{SMOLLM2} is not present ($JAXTREE_MODEL_DIR)")
-def test_smollm2_q4_1_matches_transformers():
+def test_smollm2_q4_1_matches_transformers(monkeypatch):
     """The released SmolLM2-135M-Instruct Q4_1 file: tokenizer, chat template and logits.
 
     Tolerance: both sides compute in float32 from bit-identical dequantized weights and differ
     only in summation order, over 30 layers of width 576 with logits up to ~40: measured 1.2e-4
     here; 5e-4 leaves room for other CPUs' reduction orders (a real bug is off by >0.1).
+
+    Both sides read the file with gguf.GGUFReader, four times in all (transformers' tokenizer,
+    config and weights, then jaxtree's loader); parsing its metadata (a 49k-token vocabulary)
+    costs seconds each time, so here every reader of the file is one parsed reader (read only).
     """
+    import gguf
+    readers, real_reader = {}, gguf.GGUFReader
+
+    def shared_reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    monkeypatch.setattr(gguf, "GGUFReader", shared_reader)
     chat = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     tok = HFTokenizer(SMOLLM2)
     # tok.hf is transformers' GGUF tokenizer (building a second one costs seconds); the checks are

@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from fake_devices import run_script
-from jaxtree import losses
+from jaxtree import losses, models
 from jaxtree.losses import LossConfig
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.train.batch_update import BatchUpdate, SavedBatch, load_batch, save_batch
@@ -91,8 +91,17 @@ def test_every_token_sees_exactly_its_prefix(shape, block):
 
 
 @pytest.fixture(scope="module")
-def updater(tiny):
-    config, params = tiny
+def two_blocks():
+    """(config, params) of the tiny preset with two decoder blocks (random init): the second
+    block attends over what the first block's tree attention computed, which is all depth
+    adds, at half the four-block model's compile time."""
+    config = models.get_preset("tiny").replace(num_layers=2)
+    return config, models.init_params(config, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def updater(two_blocks):
+    config, params = two_blocks
     loss = LossConfig(kl_coef=0.05, entropy_coef=0.01, eps_low=0.2, eps_high=0.28)
     return Updater(config, optax.sgd(1.0), loss, 4, mesh_lib.make_mesh(), params,
                    width_multiple=16)
@@ -114,10 +123,10 @@ def minibatch_of(updater, shape, mode, seed):
 @pytest.mark.parametrize("shape,mode", [("branches", "seq-mean-token-mean"),
                                         ("latr", "token-mean"), ("turns", "seq-sum"),
                                         ("prompt", "seq-mean-token-mean")])
-def test_the_forest_update_equals_the_per_trajectory_update(tiny, updater, shape, mode):
+def test_the_forest_update_equals_the_per_trajectory_update(two_blocks, updater, shape, mode):
     """Loss, every metric and the parameters after one optimizer step, for every forest shape
     and every aggregation, with the KL and entropy terms on."""
-    _, params = tiny
+    _, params = two_blocks
     mb, groups = minibatch_of(updater, shape, mode, seed=len(shape))
     per_trajectory, metrics = updater.step(updater.init_state(params), mb, by_length=True)
     forest = ForestSteps(updater, block=8)
@@ -129,10 +138,10 @@ def test_the_forest_update_equals_the_per_trajectory_update(tiny, updater, shape
                                    err_msg=key)
 
 
-def test_forest_logprobs_equal_each_rows_forward(tiny, updater):
+def test_forest_logprobs_equal_each_rows_forward(two_blocks, updater):
     """The reference log-probs through the forest equal every row's own forward up to its
     width, and are 0 past it."""
-    _, params = tiny
+    _, params = two_blocks
     mb, groups = minibatch_of(updater, "branches", "token-mean", seed=3)
     widths = needed_widths(mb.action_mask)
     placed = updater.place_params(params)
@@ -154,23 +163,25 @@ _MESH_SCRIPT = textwrap.dedent("""
     from jaxtree.train.forest_update import ForestSteps
     from jaxtree.train.update import Updater
     assert len(jax.devices()) == 8
-    config = models.get_preset("tiny")
+    config = models.get_preset("tiny").replace(num_layers=2)
     params = models.init_params(config, jax.random.key(0))
     loss = LossConfig(kl_coef=0.05, entropy_coef=0.01)
-    results = {{}}
-    for shape in [(1, 1, 1), (2, 2, 2)]:
+
+    def updater_on(shape):
         devices = jax.devices()[:int(np.prod(shape))]
-        updater = Updater(config, optax.sgd(1.0), loss, 4, make_mesh(*shape, devices=devices),
-                          params, width_multiple=16)
-        mb, groups = minibatch_of(updater, "turns", "seq-mean-token-mean", seed=5)
-        forest = ForestSteps(updater, block=8)
-        state, _ = forest.step(updater.init_state(params), [f for f, _ in forest.plan(mb, groups)])
-        results[shape, "forest"] = jax.device_get(state.params)
-        state, _ = updater.step(updater.init_state(params), mb, True)
-        results[shape, "rows"] = jax.device_get(state.params)
-    for key in [((2, 2, 2), "forest"), ((1, 1, 1), "forest"), ((2, 2, 2), "rows")]:
-        chex.assert_trees_all_close(results[key], results[(1, 1, 1), "rows"], atol=2e-5,
-                                    rtol=1e-5)
+        return Updater(config, optax.sgd(1.0), loss, 4, make_mesh(*shape, devices=devices),
+                       params, width_multiple=16)
+
+    # the forest on the 2x2x2 mesh against the per-trajectory step on one device (the
+    # per-trajectory step's own mesh equivalence is tests/test_train.py's)
+    updater = updater_on((2, 2, 2))
+    mb, groups = minibatch_of(updater, "turns", "seq-mean-token-mean", seed=5)
+    forest = ForestSteps(updater, block=8)
+    state, _ = forest.step(updater.init_state(params), [f for f, _ in forest.plan(mb, groups)])
+    on_mesh = jax.device_get(state.params)
+    updater = updater_on((1, 1, 1))
+    state, _ = updater.step(updater.init_state(params), mb, True)
+    chex.assert_trees_all_close(on_mesh, jax.device_get(state.params), atol=2e-5, rtol=1e-5)
     print("FOREST_MESH_MATCH")
 """)
 
@@ -179,12 +190,12 @@ def test_the_forest_update_on_a_2x2x2_mesh_equals_one_device():
     run_script(_MESH_SCRIPT, "FOREST_MESH_MATCH")
 
 
-def test_a_saved_batch_updates_the_same_both_ways(tiny, updater, tmp_path):
+def test_a_saved_batch_updates_the_same_both_ways(two_blocks, updater, tmp_path):
     """A batch saved as the trainer saves it (train.save_batches) loads back unchanged, and the
     trainer's whole update of it (reference log-probs, two epochs of two shuffled minibatches)
     ends at the same parameters per trajectory and through the prefix forest; a file that is
     not a saved batch is refused naming it."""
-    _, params = tiny
+    _, params = two_blocks
     tokens, mask, groups = random_batch("turns", seed=11)
     rng = np.random.default_rng(12)
     old = np.where(mask, -rng.uniform(0.2, 3.0, mask.shape), 0).astype(np.float32)

@@ -4,8 +4,9 @@
 forest micro-batches (`losses.ForestMinibatch`): each group's trajectories become one token tree
 in blocks (`jaxtree.train.prefix_forest`), the trees are laid into rows of NB blocks and S
 trajectory slots, and R rows make a micro-batch. Shapes are bucketed so that compilation stays
-bounded: NB to a multiple of 8, A (ancestor slots) and S to powers of two, R so that a
-micro-batch holds about the tokens of a per-trajectory micro-batch (`token_budget`).
+bounded: NB to a multiple of 8, A (ancestor slots) to a power of two up to 8 then a multiple of
+8, S to a power of two, R so that a micro-batch holds about the tokens of a per-trajectory
+micro-batch (`token_budget`).
 
 `ForestSteps(updater, block)` runs them with the updater's optimizer, loss and mesh:
 
@@ -37,6 +38,14 @@ def _power_of_two(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _ancestor_bucket(n: int) -> int:
+    """Ancestor slots for a deepest path of n blocks: a power of two up to 8, then a multiple of
+    8. Every block's attention reads all A slots, so a power of two past 8 would waste up to
+    half of the tree attention on padding (a 1,224-token chat trajectory in blocks of 32 has 39
+    ancestors: 40 slots, not 64), for a few more compiled shapes."""
+    return _power_of_two(n) if n <= 8 else round_up(n, 8)
+
+
 def _rows_of(trees: list[GroupTree], blocks: int, slots: int) -> list[list[GroupTree]]:
     """The trees laid into rows in order, a new row when the next tree does not fit."""
     rows, current, used_blocks, used_slots = [], [], 0, 0
@@ -53,11 +62,13 @@ def _rows_of(trees: list[GroupTree], blocks: int, slots: int) -> list[list[Group
 
 
 def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: int,
-                token_budget: int, width_multiple: int = 64
+                token_budget: int, width_multiple: int = 64, action_only: bool = False
                 ) -> list[tuple[ForestMinibatch, np.ndarray]]:
     """Forest micro-batches (host arrays, all of one shape), each with the batch row of every
     trajectory slot (int[R x S], -1 for an empty one), holding every row of `mb` that has a loss
-    (rows without an action token or weight are left out, as in the by-length step)."""
+    (rows without an action token or weight are left out, as in the by-length step).
+    `action_only`: each forest row scores only the tree tokens that are some trajectory's action
+    tokens (`score_index`, K slots a power of two, one K for the whole plan)."""
     mb = Minibatch(*(np.asarray(x) for x in mb))
     widths = needed_widths(mb.action_mask, mb.weights)
     trees = [t for t in group_trees(mb.tokens, widths, np.asarray(group_ids), block)
@@ -65,8 +76,8 @@ def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: 
     width = round_up(int(widths.max(initial=1)), width_multiple)
     blocks = round_up(max((t.num_blocks for t in trees), default=1), 8)
     slots = _power_of_two(max((len(t.rows) for t in trees), default=1))
-    ancestor_slots = _power_of_two(max((len(a) for t in trees for a in t.ancestors),
-                                       default=1))
+    ancestor_slots = _ancestor_bucket(max((len(a) for t in trees for a in t.ancestors),
+                                          default=1))
     rows = _rows_of(trees, blocks, slots)
     per_call = max(row_multiple, token_budget // (blocks * block) // row_multiple * row_multiple)
     per_call = min(per_call, round_up(max(len(rows), 1), row_multiple))
@@ -75,6 +86,34 @@ def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: 
         packed = pack_forest_rows(rows[start:start + per_call], per_call, blocks, slots,
                                   ancestor_slots, block, width)
         out.append((_forest_minibatch(mb, packed, width), packed.slots.reshape(-1)))
+    return _action_only(out) if action_only else out
+
+
+def _action_only(plan: list[tuple[ForestMinibatch, np.ndarray]]
+                 ) -> list[tuple[ForestMinibatch, np.ndarray]]:
+    """The plan's micro-batches with `score_index`: per row, the tree tokens some trajectory
+    scores (action tokens or nonzero weights) in K slots, token_index remapped into them (a
+    column that scores nothing points at slot 0: its weight is zero)."""
+    scored_rows, scored_tokens = [], []
+    for fmb, _ in plan:
+        t = fmb.trajectories
+        rows = fmb.token_index.shape[0]
+        scored = (np.asarray(t.action_mask, bool) | (np.asarray(t.weights) != 0)).reshape(rows, -1)
+        scored_rows.append(scored)
+        scored_tokens.append([np.unique(index[used]) for index, used in
+                              zip(np.asarray(fmb.token_index), scored)])
+    most = max((len(u) for row in scored_tokens for u in row), default=1)
+    flat = plan[0][0].predictor.shape[1] * plan[0][0].predictor.shape[2]
+    slots = losses.slot_count(most, flat)
+    out = []
+    for (fmb, slot_rows), scored, rows in zip(plan, scored_rows, scored_tokens):
+        score_index = np.full((len(rows), slots), -1, np.int32)
+        token_index = np.zeros_like(np.asarray(fmb.token_index))
+        for r, unique in enumerate(rows):
+            score_index[r, :len(unique)] = unique
+            # each scored column's token is in `unique`: its slot there
+            token_index[r] = np.where(scored[r], np.searchsorted(unique, fmb.token_index[r]), 0)
+        out.append((fmb._replace(token_index=token_index, score_index=score_index), slot_rows))
     return out
 
 
@@ -128,17 +167,20 @@ class ForestSteps:
             lambda params, tokens, tree, predictor: tree_token_scores(
                 u.model_config, params, tokens, tree, predictor, u.memory)[0], 3)
 
-    def plan(self, mb: Minibatch, group_ids: np.ndarray):
+    def plan(self, mb: Minibatch, group_ids: np.ndarray, action_only: bool | None = None):
         """`plan_forest` with rows a multiple of the mesh's batch parallelism, and a token
-        budget of a per-trajectory micro-batch of the minibatch's width."""
+        budget of a per-trajectory micro-batch of the minibatch's width; action-only scoring
+        as the updater's `memory.action_only` unless `action_only` says."""
         u = self.updater
         width = round_up(int(needed_widths(mb.action_mask, mb.weights).max(initial=1)),
                          u.width_multiple)
         # rows of trees are split over the mesh's batch axes, so their count need only be a
         # multiple of those (not of the per-trajectory micro-batch size: a forest row holds a
         # whole group, and padding to micro_batch_size rows would compute empty rows)
+        if action_only is None:
+            action_only = u.memory.action_only
         return plan_forest(mb, group_ids, self.block, batch_parallelism(u.mesh),
-                           u.row_multiple * width, u.width_multiple)
+                           u.row_multiple * width, u.width_multiple, action_only)
 
     def step(self, state, micro_batches: list[ForestMinibatch]):
         """One optimizer step on the forest micro-batches of one minibatch (host arrays, one
@@ -162,7 +204,7 @@ class ForestSteps:
         mb = Minibatch(tokens, mask, zeros, zeros, mask.astype(np.float32), zeros)
         out = np.zeros(tokens.shape, np.float32)
         put = lambda x: distributed.put(x, self.updater.batch_sharding)  # noqa: E731
-        for fmb, slot_rows in self.plan(mb, group_ids):
+        for fmb, slot_rows in self.plan(mb, group_ids, action_only=False):
             self.shapes.add(("logprobs",) + _shape_key((fmb.tokens, fmb.tree)))
             scores = distributed.host_array(self._scores(
                 params, put(fmb.tokens), put(fmb.tree), put(fmb.predictor)))

@@ -32,8 +32,9 @@ class TrainConfig(Section):
         "unique-token fraction is below train.prefix_break_even; jaxtree.train.forest_update)",
         check=one_of(PREFIX_SHARING))
     prefix_break_even: float = option(
-        0.9, "'auto' shares prefixes when unique tokens / all tokens of the batch is below this "
-        "(docs/benchmarks.md measures the break-even)", check=between(0, 1))
+        0.25, "'auto' shares prefixes when unique tokens / all tokens of the batch is below this "
+        "(docs/benchmarks.md, 'Prefix-shared update': on the tiny model the forest broke even "
+        "between 0.27 and 0.76 by batch shape)", check=between(0, 1))
     prefix_block: int = option(32, "tokens per block of the prefix-shared update's token trees",
                                check=positive())
     save_batches: int = option(

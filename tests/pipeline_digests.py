@@ -20,7 +20,6 @@ meant to change the numbers, and say which.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -30,9 +29,8 @@ import tempfile
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                 os.path.dirname(os.path.abspath(__file__))]
 import conftest  # noqa: E402,F401  (the test suite's XLA flags and CPU platform, before JAX starts)
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
 from toy_run import ROOT, toy_config  # noqa: E402
+from jaxtree.models.lora import content_hash  # noqa: E402
 
 STEPS = 2
 DIGESTS = os.path.join(ROOT, "tests", "data", "pipeline_digests.json")
@@ -131,12 +129,7 @@ def case_reads(name: str, warm_start: dict[str, str]) -> set[str]:
 
 def params_digest(params) -> str:
     """sha256 over every parameter leaf's path, dtype, shape and bytes."""
-    h = hashlib.sha256()
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        x = np.asarray(leaf)
-        h.update(f"{jax.tree_util.keystr(path)}:{x.dtype}:{x.shape}".encode())
-        h.update(np.ascontiguousarray(x).tobytes())
-    return h.hexdigest()
+    return content_hash(params)
 
 
 def deterministic(records: list[dict]) -> list[dict]:

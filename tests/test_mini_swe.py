@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,8 @@ from environments import mini_swe_inprocess as inprocess
 from environments import mini_swe_mutations as mutations
 from environments import mini_swe_tasks as tasks
 from environments.mini_swe import Command, MiniSWE, rtmc_action_signature, truncate
-from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, run_uids, sweep_stale_roots
+from environments.mini_swe_sandbox import ROOT_PREFIX, Sandbox, sweep_stale_roots
+from run_processes import processes_of_runs
 
 REPO = Path(__file__).parents[1]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -286,26 +286,8 @@ def _hostile_turn(env, code, expected):
 
 
 def _sandbox_processes(deadline: float = 2.0) -> list[str]:
-    """Processes of this process's runs (a uid of `run_uids()`, read from /proc/<pid>/status:
-    zombies included) that still exist after up to `deadline` seconds."""
-    if not IS_ROOT:
-        return []
-    uids = run_uids()
-    end = time.monotonic() + deadline
-    while True:
-        found = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    with open(f"/proc/{entry.name}/status") as f:
-                        uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-                except (OSError, ValueError, IndexError, StopIteration):
-                    continue
-                if uid in uids:
-                    found.append(entry.name)
-        if not found or time.monotonic() > end:
-            return found
-        time.sleep(0.05)
+    """Processes of this process's runs that still exist after up to `deadline` seconds."""
+    return processes_of_runs(deadline) if IS_ROOT else []
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

@@ -13,7 +13,6 @@ import select
 import signal
 import socket
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,8 @@ import environments
 from environments import mini_swe_runner as runner
 from environments import mini_swe_sandbox as sandbox_module
 from environments import mini_swe_tasks as tasks
-from environments.mini_swe_sandbox import RUNNER, Sandbox, Workspace, read_scope, run_uids
+from environments.mini_swe_sandbox import RUNNER, Sandbox, Workspace, read_scope
+from run_processes import processes_of_runs
 from environments.mini_swe_verdict import Malformed, case_verdicts, decode_value, read_records
 
 REPO = Path(__file__).parents[1]
@@ -57,25 +57,7 @@ def _run(code: str, strict=False, time_limit=10.0):
 
 
 def _processes_of_runs(deadline: float = 3.0) -> list[str]:
-    """Processes whose real uid is one of this process's run uids (zombies included) that still
-    exist after up to `deadline` seconds."""
-    uids = run_uids()
-    end = time.monotonic() + deadline
-    while True:
-        found = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/status") as f:
-                    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            except (OSError, ValueError, IndexError, StopIteration):
-                continue
-            if uid in uids:
-                found.append(entry.name)
-        if not found or time.monotonic() > end:
-            return found
-        time.sleep(0.05)
+    return processes_of_runs(deadline)
 
 
 def _env(strict=True, **options):

@@ -2,20 +2,21 @@
 pipeline computes, recorded so that a change that means to keep the numbers can prove it did.
 
 Each case is the toy experiment (tests/toy_run.py) with a few overrides, trained for STEPS steps
-from a short warm start of the tiny model (WARM_START: enough for it to write some legal moves,
-so that the step-level rewards, and hence those cases' advantages, differ within groups); its
-digest is every step's deterministic metrics (wall-clock timings left out) and a hash of the final
-parameters' bytes. `tests/test_pipeline_digests.py` compares a fresh run of every case to
-`tests/data/pipeline_digests.json`.
+from a short warm start of the one-block tiny model (WARM_START from `toy_run.one_layer_policy`:
+enough for it to write some legal moves, so that the step-level rewards, and hence those cases'
+advantages, differ within groups); its digest is every step's deterministic metrics (wall-clock
+timings left out) and a hash of the final parameters' bytes. `tests/test_pipeline_digests.py`
+compares a fresh run of every case to `tests/data/pipeline_digests.json`.
 
     python tests/pipeline_digests.py --write [case ...]     # record (all cases by default)
     python tests/pipeline_digests.py --check [case ...]     # compare, naming what differs
 
 The digests were first recorded by the code before the pipeline's redesign (5 steps from a
-30-step warm start); the code after it reproduced them exactly, then recorded the present ones
-(2 steps from the same warm start, to keep the test short; a 16-step warm start writes no legal
-FrozenLake move, which leaves most cases' advantages zero). Record again only when a change is
-meant to change the numbers, and say which.
+30-step warm start of the four-block tiny model); the code after it reproduced them exactly, then
+recorded 2 steps from the same warm start, and the present ones come from the one-block model
+(the digests' programs trace and compile about three times faster; a 16-step warm start writes no
+legal FrozenLake move, which leaves most cases' advantages zero). Record again only when a change
+is meant to change the numbers, and say which.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import tempfile
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                 os.path.dirname(os.path.abspath(__file__))]
 import conftest  # noqa: E402,F401  (the test suite's XLA flags and CPU platform, before JAX starts)
-from toy_run import ROOT, toy_config  # noqa: E402
+from toy_run import ROOT, one_layer_policy, toy_config  # noqa: E402
 from jaxtree.models.lora import content_hash  # noqa: E402
 
 STEPS = 2
@@ -98,14 +99,17 @@ def _config(overrides: dict):
 
 
 def warm_starts(directory: str) -> dict[str, str]:
-    """{environment name: warm-start checkpoint} of every environment the cases use."""
+    """{environment name: warm-start checkpoint} of every environment the cases use, each
+    trained from the one-block tiny model (`toy_run.one_layer_policy`)."""
     from jaxtree.train import jobs
+    model = one_layer_policy(os.path.join(directory, "one_layer"))
     paths = {}
     for overrides in CASES.values():
         env = overrides.get("env.name", "frozen_lake")
         if env not in paths:
             env_overrides = {k: v for k, v in overrides.items() if k.startswith("env.")}
-            paths[env] = jobs.sft_job(_config({**env_overrides, **WARM_START}),
+            paths[env] = jobs.sft_job(_config({**env_overrides, **WARM_START,
+                                               "model.name": model}),
                                       os.path.join(directory, f"sft_{env}"))
     return paths
 

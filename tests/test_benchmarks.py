@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from toy_run import run_module_jobs
+from toy_run import one_layer_policy, run_module_jobs
 
 # The command-line jobs of this file, as (name, flags); `cli` runs them together.
 CLI_JOBS = {
@@ -31,18 +31,9 @@ def cli(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_layer(tmp_path_factory):
-    """A policy checkpoint of the tiny preset with one decoder block instead of four (random
-    init), for the sampler and update-step benchmarks: what they report does not depend on the
-    model's depth, and their programs (theirs alone) compile about three times faster. The
-    rollout benchmarks keep the tiny preset: their 16-slot engine is tests/test_rollout.py's."""
-    import jax
-
-    from jaxtree import checkpoints, models
-    config = models.get_preset("tiny").replace(num_layers=1)
-    path = str(tmp_path_factory.mktemp("one_layer"))
-    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
-                            "byte")
-    return path
+    """The tiny preset with one decoder block (`one_layer_policy`) for the benchmarks run in
+    this process: what they report does not depend on the model's depth."""
+    return one_layer_policy(str(tmp_path_factory.mktemp("one_layer")))
 
 
 @pytest.mark.slow
@@ -63,11 +54,11 @@ def test_sampler_benchmark_writes_its_table_and_json(tmp_path, capsys, one_layer
 
 
 @pytest.mark.slow
-def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, capsys):
+def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, capsys, one_layer):
     """Beam search forks every root before its first action, so even a random model's trees
     share prefixes (PATR's forks come after K turns, which a random model rarely reaches)."""
     from launch.benchmarks import trees
-    trees.run("tiny", "frozen_lake", {"style": "compact"}, groups=1, group_size=2, num_slots=16,
+    trees.run(one_layer, "frozen_lake", {"style": "compact"}, groups=1, group_size=2, num_slots=16,
               context_length=256, max_action_tokens=6, max_turns=2, interval=2, repeats=1,
               output=str(tmp_path / "trees.json"), methods=("beam", "lookahead"))
     report = json.loads((tmp_path / "trees.json").read_text())["results"]
@@ -88,7 +79,8 @@ def test_trees_benchmark_rebuilds_the_same_trees_by_re_prefilling(tmp_path, caps
     assert "| beam      | re-prefill" in out and "| lookahead | re-prefill" in out
 
 
-def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, capsys):
+def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, capsys,
+                                                                    one_layer):
     from launch.benchmarks import credit, mc_values
     credit.run(rows=16, turns=4, group_size=4, seq_len=16, micro_batch=16, repeats=1,
                output=str(tmp_path / "credit.json"))
@@ -96,8 +88,8 @@ def test_credit_and_mc_values_benchmarks_write_their_tables_and_json(tmp_path, c
     assert {r["part"] for r in report["results"]} >= {"rtmc host: signature_ids",
                                                       "rtmc device: table advantages"}
     assert 0 < report["rtmc_total_seconds"] and 0 < report["update_step_seconds"]
-    # 2 x 2 episodes with 3 continuations each: the 16-slot engine of tests/test_rollout.py
-    mc_values.run("tiny", "frozen_lake", {"style": "compact"}, [3], groups=2, group_size=2,
+    # 2 x 2 episodes with 3 continuations each
+    mc_values.run(one_layer, "frozen_lake", {"style": "compact"}, [3], groups=2, group_size=2,
                   context_length=256, max_action_tokens=6, repeats=1,
                   output=str(tmp_path / "mc.json"))
     (independent, forked) = json.loads((tmp_path / "mc.json").read_text())["results"]
@@ -152,6 +144,29 @@ def test_train_benchmark_compares_lora_ranks_kl_and_action_only_logits(tmp_path,
     # a 10-token prompt, then 2 turns of 6 observation and 4 action tokens
     assert full["seq_len"] == 30 and full["action_fraction"] == 8 / 30
     assert "| toy   | on       | on            | 4" in capsys.readouterr().out
+
+
+def test_a_lora_case_that_dies_is_a_row_of_its_own_and_the_others_still_run(tmp_path, capsys,
+                                                                          monkeypatch):
+    """A case's process killed (the out-of-memory killer's SIGKILL) is reported in the table
+    and the JSON, and the benchmark goes on to the next case."""
+    from launch.benchmarks import train
+
+    def isolated(kwargs):
+        if kwargs["rank"] == 0:
+            how = "killed by SIGKILL (most likely the out-of-memory killer)"
+            raise train.CaseFailed(how, f"benchmark case {kwargs} failed ({how}): ")
+        return {**kwargs, "trainable_params": 10, "update_seconds": 1.0,
+                "reference_seconds": 0.5, "step_seconds": 1.5, "tokens_per_s": 100.0,
+                "temp_bytes": 2**20, "peak_rss_bytes": 2**30}
+
+    monkeypatch.setattr(train, "_isolated_case", isolated)
+    train.run_lora(["m"], ["toy"], [0, 4], [True], [True], rows=4, micro=2, memory_mode="none",
+                   repeats=1, output=str(tmp_path / "lora.json"))
+    failed, lora = json.loads((tmp_path / "lora.json").read_text())["results"]
+    assert failed["rank"] == 0 and "SIGKILL" in failed["failed"] and "failed" not in lora
+    out = capsys.readouterr().out
+    assert "| full      | failed: killed by SIGKILL" in out and "| 4         | 10 " in out
 
 
 # The command-line jobs last: they find the tiny preset's initialisation that the tests above

@@ -18,7 +18,7 @@ from jaxtree.rewards import REWARDS, Rewards
 from jaxtree.rollout.strategies import STRATEGIES, RolloutStrategy
 from jaxtree.rollout.tree_record import read_tree
 from jaxtree.train.metrics import read_metrics
-from test_trainer import ROOT, toy_config
+from toy_run import ROOT, one_layer_policy, toy_config
 
 # ----------------------------------------------------------------------------- custom parts
 
@@ -88,7 +88,7 @@ def custom_parts():
 def test_registered_parts_train_through_the_launch_job_with_only_config_changes(custom_parts,
                                                                                  tmp_path):
     from jaxtree.train import jobs
-    config = toy_config(steps=2)
+    config = toy_config(steps=2, model__name=one_layer_policy(str(tmp_path / "model")))
     for path, value in {"rollout.strategy": "fork_at_turn", "rollout.fork_at_turn.fork_turn": 2,
                         "rollout.group_size": 3, "reward.terms": ("outcome", "progress"),
                         "reward.progress.weight": 0.25, "advantage.name": "centred_outcome",

@@ -7,6 +7,7 @@ RoPE layout. transformers dequantizes with the same gguf routines, so quantized 
 closely as float ones.
 """
 
+import functools
 import json
 import os
 
@@ -377,6 +378,8 @@ def test_smollm2_q4_1_matches_transformers(monkeypatch):
     Both sides read the file with gguf.GGUFReader, four times in all (transformers' tokenizer,
     config and weights, then jaxtree's loader); parsing its metadata (a 49k-token vocabulary)
     costs seconds each time, so here every reader of the file is one parsed reader (read only).
+    transformers also builds gguf's tensor-name map anew for each of the file's tensors (~400
+    times, 6.6 s): here one map per architecture and depth, built once (read only as well).
     """
     import gguf
     readers, real_reader = {}, gguf.GGUFReader
@@ -388,6 +391,8 @@ def test_smollm2_q4_1_matches_transformers(monkeypatch):
         return readers[key]
 
     monkeypatch.setattr(gguf, "GGUFReader", shared_reader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map",
+                        functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map))
     chat = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     tok = HFTokenizer(SMOLLM2)
     # tok.hf is transformers' GGUF tokenizer (building a second one costs seconds); the checks are

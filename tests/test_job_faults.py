@@ -22,7 +22,7 @@ from jaxtree.train.warm_start import finished_checkpoint
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.workdir import WorkdirError, WorkdirLock
 from toy_run import (CONFIG_FILE, ROOT, TOY, TOY_SFT, assert_one_line_error, flags,
-                     run_module_jobs, start_job, toy_config)
+                     one_layer_policy, run_module_jobs, start_job, toy_config)
 
 SFT_CONFIG = os.path.join(ROOT, "configs", "frozen_lake_sft.py")
 
@@ -40,15 +40,8 @@ def _sft_config(steps, model=TOY["model.name"]):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """The policy the jobs of this file start from (`model.name`), except where a test is about
-    the tiny preset itself: a checkpoint of the tiny preset with one decoder block instead of
-    four, random init. Nothing checked depends on the model's depth, and each job traces and
-    compiles its programs about three times faster."""
-    from jaxtree import models
-    config = models.get_preset("tiny").replace(num_layers=1)
-    path = str(tmp_path_factory.mktemp("model"))
-    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
-                            "byte")
-    return path
+    the tiny preset itself: the tiny preset with one decoder block (`one_layer_policy`)."""
+    return one_layer_policy(str(tmp_path_factory.mktemp("model")))
 
 
 def _files(workdir):

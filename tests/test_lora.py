@@ -23,7 +23,7 @@ from jaxtree.models.lora import (TARGETS, LoraConfig, LoraParams, init_adapters,
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.train.update import Updater
-from toy_run import toy_config
+from toy_run import one_layer_policy, toy_config
 
 TINY = models.get_preset("tiny")
 # The families' checks at two blocks: adapters are per block, and a second block sees what the
@@ -270,11 +270,13 @@ def test_the_reference_is_the_base_and_kl_off_runs_no_reference_forward(families
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
-    """A toy LoRA run of 2 steps after a LoRA warm start (checkpoints at both steps), and a copy
-    of its workdir cut back to step 1 and resumed: (config, straight, resumed)."""
+    """A toy LoRA run of 2 steps after a LoRA warm start (checkpoints at both steps) of the
+    one-block tiny model (`one_layer_policy`), and a copy of its workdir cut back to step 1 and
+    resumed: (config, straight, resumed)."""
     from jaxtree.train import jobs
     root = tmp_path_factory.mktemp("lora_run")
-    config = toy_config(steps=2, model__lora__rank=4, train__init="sft", sft__num_episodes=8,
+    config = toy_config(steps=2, model__name=one_layer_policy(str(root / "model")),
+                        model__lora__rank=4, train__init="sft", sft__num_episodes=8,
                         sft__steps=2, sft__warmup_steps=1, sft__batch_size=2)
     straight, resumed = str(root / "straight"), str(root / "resumed")
     jobs.train_job(config, straight)
@@ -285,18 +287,18 @@ def lora_run(tmp_path_factory):
 
 
 def test_a_lora_warm_start_saves_adapters_and_loads_merged(lora_run):
-    """The warm start's checkpoint holds adapters and names the preset it adapts; loading it
+    """The warm start's checkpoint holds adapters and names the model it adapts; loading it
     gives base + adapters merged, which the RL run then adapts in turn."""
     from jaxtree.checkpoints import load_policy_checkpoint
     from jaxtree.policy import load_policy
-    _, straight, _ = lora_run
+    config, straight, _ = lora_run
     sft = os.path.join(straight, "sft")
     _, adapters, _, metadata = load_policy_checkpoint(sft)
-    assert metadata["lora"]["base"]["name"] == "tiny" and metadata["lora"]["rank"] == 4
-    assert set(adapters) == {f"layers_{i}" for i in range(TINY.num_layers)}
+    assert metadata["lora"]["base"]["name"] == config.model.name
+    assert metadata["lora"]["rank"] == 4 and set(adapters) == {"layers_0"}
     assert any(np.abs(np.asarray(x["b"])).max() > 0 for blocks in adapters.values()
                for targets in blocks.values() for x in targets.values())
-    base = load_policy("tiny", param_dtype="float32").params
+    base = load_policy(config.model.name, param_dtype="float32").params
     expected = _merged_in_numpy(base, adapters, 16.0 / 4)  # the default alpha over rank 4
     chex.assert_trees_all_close(jax.device_get(load_policy(sft).params), expected, atol=1e-6)
     rl_base = load_policy_checkpoint(straight)[3]["lora"]["base"]
@@ -311,7 +313,7 @@ def test_a_lora_run_checkpoints_adapters_and_resumes_bit_exactly(lora_run):
     a, b = (load_policy_checkpoint(w) for w in (straight, resumed))
     chex.assert_trees_all_equal(a[1], b[1])
     # the checkpoint holds the adapters alone (trained: B moved off zero)
-    assert set(a[1]) == {f"layers_{i}" for i in range(TINY.num_layers)}
+    assert set(a[1]) == {"layers_0"}
     assert np.abs(np.asarray(a[1]["layers_0"]["mlp"]["down"]["b"])).max() > 0
     assert len(a[3]["lora"]["base"]["sha256"]) == 64
     timing = lambda r: {k: v for k, v in r.items()  # noqa: E731
@@ -323,16 +325,17 @@ def test_a_lora_run_checkpoints_adapters_and_resumes_bit_exactly(lora_run):
     assert records[-1]["train/skipped"] == 0 and records[-1]["update/logprob_gap_max"] < 1e-4
 
 
-def test_resuming_a_lora_run_on_another_base_is_refused_naming_it(lora_run):
+def test_resuming_a_lora_run_on_another_base_is_refused_naming_it(lora_run, tmp_path):
     from jaxtree.train import jobs
     config, _, resumed = lora_run
     other = copy.deepcopy(config)
-    other.train.steps, other.train.init, other.model.init_seed = 3, "model", 1
+    other.train.steps, other.train.init = 3, "model"
+    other.model.name = one_layer_policy(str(tmp_path / "other"), seed=1)
     with pytest.raises(ConfigError) as error:
         jobs.train_job(other, resumed, allow_config_change=True)
     message = str(error.value)
     assert message.startswith("config.model.name: the checkpoints in ")
-    assert "), not for tiny (sha256 " in message and "\n" not in message
+    assert f"), not for {other.model.name} (sha256 " in message and "\n" not in message
 
 
 # ----------------------------------------------------------------------------- export
@@ -359,11 +362,11 @@ def _check_export(out, adapter_dir, base_dir, base, adapters, config, lora):
     assert (peft_config["r"], peft_config["lora_alpha"]) == (lora.rank, lora.alpha)
     assert sorted(peft_config["target_modules"]) == sorted(TARGETS[t][1] for t in lora.targets)
     tensors = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
-    a = adapters["layers_1"]["attn"]["q"]
-    np.testing.assert_array_equal(
-        tensors["base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"], a["a"].T)
-    np.testing.assert_array_equal(
-        tensors["base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"], a["b"].T)
+    last = config.num_layers - 1
+    a = adapters[f"layers_{last}"]["attn"]["q"]
+    prefix = f"base_model.model.model.layers.{last}.self_attn.q_proj"
+    np.testing.assert_array_equal(tensors[f"{prefix}.lora_A.weight"], a["a"].T)
+    np.testing.assert_array_equal(tensors[f"{prefix}.lora_B.weight"], a["b"].T)
     assert len(tensors) == 2 * config.num_layers * len(lora.targets)
     hf_base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     np.testing.assert_allclose(_torch_logits(hf_base.eval(), TOKENS),

@@ -2,7 +2,7 @@
 
 Two groups of tests/multihost_job.py processes start together when the module's first test
 asks for them (their start-up, mostly imports and compilation, overlaps), every run starting from
-one checkpoint of a one-block tiny model (`_one_layer_policy`):
+one checkpoint of a one-block tiny model (`toy_run.one_layer_policy`):
 
   one   1 process x 4 fake devices: the toy run to step 2, then the resume of `two`'s step-1
         checkpoint (saved by 2 processes, resumed by 1)
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import pytest
 
-from toy_run import ROOT
+from toy_run import ROOT, one_layer_policy
 
 JOB = os.path.join(ROOT, "tests", "multihost_job.py")
 LAUNCHER = os.path.join(ROOT, "launch", "cloud", "local_multiprocess.sh")
@@ -78,27 +78,13 @@ def _wait_for(paths, procs, timeout=JOB_TIMEOUT):
         time.sleep(0.2)
 
 
-def _one_layer_policy(path: str) -> str:
-    """A policy checkpoint of the tiny preset with one decoder block instead of four (random
-    init), where every run of the jobs starts: nothing compared depends on the model's depth, and
-    each process compiles its programs (none comes from another's) about three times faster."""
-    import jax
-
-    from jaxtree import checkpoints, models
-
-    config = models.get_preset("tiny").replace(num_layers=1)
-    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
-                            "byte")
-    return path
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{'one': dir, 'two': dir, 'long': dir, 'pair': [process 0, process 1]} once both groups
     finished their runs and resumes; the pair is then in its long run."""
     base = tmp_path_factory.mktemp("multihost")
     one, two, long = (str(base / name) for name in ("one", "two", "long"))
-    model = _one_layer_policy(str(base / "model"))
+    model = one_layer_policy(str(base / "model"))
     port = _free_port()
     single = _start([sys.executable, JOB, f"--workdir={one}", f"--resume_peer={two}",
                      f"--model={model}"], 4, base / "one.log")

@@ -15,7 +15,7 @@ from jaxtree.policy import load_policy
 from jaxtree import checkpoints
 from jaxtree.rollout.engine import TIMING_METRICS
 from jaxtree.train.metrics import read_metrics
-from toy_run import CONFIG_FILE, ROOT, toy_config
+from toy_run import CONFIG_FILE, ROOT, one_layer_policy, toy_config
 
 
 def _final_params(workdir):
@@ -34,8 +34,9 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise_and_another_seed_diff
     gives another run."""
     from jaxtree.train import jobs
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    model = one_layer_policy(str(tmp_path / "model"))  # nothing here depends on the depth
     # Checkpoints at the end and when stopped only: the resume is what is tested.
-    config = toy_config(checkpoint__every=4)
+    config = toy_config(checkpoint__every=4, model__name=model)
     first = jobs.train_job(config, straight)
     assert first["step"] == 4 and not first["preempted"]
 
@@ -51,10 +52,11 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise_and_another_seed_diff
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     assert _deterministic(records) == _deterministic(read_metrics(resumed))
     other_seed = str(tmp_path / "seed1")
-    jobs.train_job(toy_config(steps=1, train__seed=1, checkpoint__every=4), other_seed)
+    jobs.train_job(toy_config(steps=1, train__seed=1, checkpoint__every=4, model__name=model),
+                   other_seed)
     assert _deterministic(read_metrics(other_seed))[1] != _deterministic(records)[1]
     # the run did learn something: parameters moved, and every step made one optimizer update
-    initial = jax.tree_util.tree_leaves(load_policy("tiny").params)
+    initial = jax.tree_util.tree_leaves(load_policy(model).params)
     assert any(not np.array_equal(x, y) for x, y in zip(initial, jax.tree_util.tree_leaves(a)))
     assert all(r["train/skipped"] == 0 for r in records[1:])
     assert "eval/success_rate" in records[0] and "eval/success_rate" in records[4]

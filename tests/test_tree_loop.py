@@ -245,8 +245,9 @@ def test_a_tree_method_defined_outside_the_library_trains_by_config(registered_f
     `rollout.strategy` / `rollout.fewest_repeats.*` alone and trains; its trees fork."""
     from jaxtree.train import jobs
     from jaxtree.train.metrics import read_metrics
-    from toy_run import toy_config
-    config = toy_config(steps=2, rollout__strategy="fewest_repeats", eval__every=2,
+    from toy_run import one_layer_policy, toy_config
+    config = toy_config(steps=2, model__name=one_layer_policy(str(tmp_path / "model")),
+                        rollout__strategy="fewest_repeats", eval__every=2,
                         rollout__fewest_repeats={"roots": 2, "max_branches": 3},
                         rollout__num_slots=8)
     result = jobs.train_job(config, str(tmp_path))

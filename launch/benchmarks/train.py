@@ -281,6 +281,14 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
             "times": {k: v[1] for k, v in timed.items()}}
 
 
+class CaseFailed(RuntimeError):
+    """A benchmark case's process ended without a result; `how` says how (signal, status)."""
+
+    def __init__(self, how: str, message: str):
+        super().__init__(message)
+        self.how = how
+
+
 def _isolated_case(kwargs: dict) -> dict:
     """`lora_case(**kwargs)` in a process of its own, so that its peak RSS is its own."""
     import json  # noqa: PLC0415
@@ -293,7 +301,10 @@ def _isolated_case(kwargs: dict) -> dict:
                           capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
-        raise RuntimeError(f"benchmark case {kwargs} failed: {proc.stderr[-2000:]}")
+        how = ("killed by SIGKILL (most likely the out-of-memory killer)"
+               if proc.returncode == -9 else f"killed by signal {-proc.returncode}"
+               if proc.returncode < 0 else f"exit status {proc.returncode}")
+        raise CaseFailed(how, f"benchmark case {kwargs} failed ({how}): {proc.stderr[-2000:]}")
     return json.loads(lines[-1][len("RESULT "):])
 
 
@@ -315,7 +326,16 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
                         kwargs = dict(name=name, shape=shape, rows=rows, micro=micro, rank=rank,
                                       kl=kl, action_only=action_only, memory_mode=memory_mode,
                                       repeats=repeats)
-                        r = _isolated_case(kwargs) if isolate else lora_case(**kwargs)
+                        try:
+                            r = _isolated_case(kwargs) if isolate else lora_case(**kwargs)
+                        except CaseFailed as failure:  # e.g. out of memory: the others still run
+                            results.append({**kwargs, "failed": str(failure)})
+                            table.append([name, shape, "on" if kl else "off",
+                                          "on" if action_only else "off", rank or "full",
+                                          f"failed: {failure.how}", *[""] * 7])
+                            print(f"  {name} {shape} kl={kl} action_only={action_only} "
+                                  f"rank={rank}: {failure.how}", flush=True)
+                            continue
                         results.append(r)
                         base = base or r
                         table.append([

@@ -17,9 +17,10 @@ demonstration to the context, so its batch is 4 (8 x 576 positions of the Countd
 held 7 GB with the two memory knobs); it checkpoints every 10 steps (a step takes minutes here).
 The learning rates are the small-model end of the papers' ranges, as in frozen_lake_smollm2.py.
 
-LoRA, an option for now (`jaxtree.experiment.LORA_VARIANT`; whether it becomes the default
-waits for `python -m launch.benchmark train --lora=...` and
-configs/grids/lora_frozen_lake_smollm2.py):
+LoRA is an option (`jaxtree.experiment.LORA_VARIANT`), not the default: on this CPU rank 16
+takes 1.04x the full model's update time for 0.59x its memory (docs/benchmarks.md, "LoRA and
+action-only logits"), and whether it learns as well is configs/grids/lora_frozen_lake_smollm2.py's
+question:
 
     python -m launch.train --config=configs/mini_swe_smollm2.py:lora \\
         --workdir=/tmp/mswe_smollm2_lora
@@ -34,6 +35,9 @@ def get_config(variant: str = ""):
     config.env.eval_options = {"split": "test"}
     return rl_config(config, "grpo", {
         "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
+        # the prefix forest breaks even at unique fractions of ~0.6 on this model
+        # (docs/benchmarks.md, "Prefix-shared update"): trees take it, GRPO groups do not
+        "train.prefix_break_even": 0.55,
         "sft.num_episodes": 256, "sft.steps": 60, "sft.batch_size": 4,
         "sft.learning_rate": 5e-5, "sft.warmup_steps": 6, "sft.log_every": 2,
         "sft.checkpoint_every": 10, "sft.pad_multiple": 0,

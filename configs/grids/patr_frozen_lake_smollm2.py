@@ -1,0 +1,55 @@
+"""PATR Table 1 on a pretrained model: GRPO vs Tree-Random vs PATR (Keep-All, heuristic scorer) on
+FrozenLake 4x4 with chat prompts, SmolLM2-135M-Instruct (configs/frozen_lake_smollm2.py), 3 seeds;
+the tiny model's table is configs/grids/patr_frozen_lake.py.
+
+    python -m launch.compare --grid=configs/grids/patr_frozen_lake_smollm2.py \
+        --out=/tmp/patr_frozen_lake_smollm2
+    LANES=2 PIN=1 bash launch/grid_lanes.sh configs/grids/patr_frozen_lake_smollm2.py \
+        /tmp/patr_frozen_lake_smollm2        # the same in two lanes pinned to a core each
+
+Both resume an interrupted grid when run again with the same output directory.
+
+One warm start for every variant (the config's 8 SFT steps on oracle demonstrations), then 10
+steps of 2 lakes x 8 trajectories: GRPO samples 8 independent episodes per lake; the trees start 4
+branches per lake (PATR §5.1) and grow to at most 8 (GRPO's group, so every variant rolls out at
+most the same 16 episodes a step). A warm-started SmolLM2 episode on a 4x4 lake lasts ~6 turns, so
+PATR scores every K = 2 turns (two scoring points or more per tree, the issue's rule; K = 5 would
+score most trees once or never), expands the top 2 branches into 2 children each and prunes below
+the median - 0.5 or after 6 identical actions, with the environment's progress heuristic as the
+scorer. Tree-Random expands 2 branches drawn at random and prunes by the repeat rule only.
+Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree statistics: the
+patr/* metrics (scoring points, expansions, prunes) and the trajectories per lake
+(rollout/episodes over the lakes).
+
+Budget on the 2-core CPU, from one measured GRPO step of this config (docs/benchmarks.md, "A whole
+GRPO step": 16 episodes, rollout 106 s, update 342 s) and evaluations of 48 episodes (~5 min):
+10 steps x ~7.5 min + 3 evaluations x ~5 min = ~90 min a run, x 9 runs = ~13.5 h, plus the warm
+start (~15 min): ~14 h, inside the issue's 15 hours. Full fine-tuning at the config's learning
+rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too little for any
+variant to differ, which the results would show as overlapping intervals; a longer run is the
+next step, not a larger learning rate for one side.
+"""
+
+TREE = {"rollout.strategy": "patr", "rollout.patr.initial_branches": 4,
+        "rollout.patr.max_branches": 8, "rollout.patr.interval": 2}
+
+
+def get_grid():
+    return {
+        "title": "FrozenLake 4x4 (chat), SmolLM2-135M-Instruct: GRPO vs Tree-Random vs PATR "
+                 "(PATR Table 1)",
+        "config": "frozen_lake_smollm2.py",
+        "overrides": {"rollout.groups_per_step": 2, "rollout.group_size": 8,
+                      "train.steps": 10, "eval.every": 5, "eval.num_tasks": 12,
+                      "eval.samples_per_task": 4, "checkpoint.every": 1},
+        "variants": {
+            "grpo": {},
+            "tree_random": {**TREE, "rollout.patr.selection": "random"},
+            "patr": dict(TREE),
+        },
+        "warm_start": {},
+        "seeds": (0, 1, 2),
+        "metrics": ("eval/success_rate", "eval/pass@4", "eval/mean_turns",
+                    "rollout/episodes", "patr/scoring_points", "patr/expanded",
+                    "patr/pruned_score", "patr/pruned_repeat", "time/step"),
+    }

@@ -19,16 +19,13 @@ tokens a step with `model.remat` and `model.logits_chunk` as in frozen_lake_smol
 thresholds and windows are the paper's defaults (τ_abs 0.25, τ_rel 0.15, τ_ed 0.4, windows 20, 30,
 50 tokens); the RL run uses its Countdown η schedule.
 
-LoRA is an option (`jaxtree.experiment.LORA_VARIANT`), not the default: on this CPU rank 16
-takes 1.04x the full model's update time for 0.59x its memory (docs/benchmarks.md, "LoRA and
-action-only logits"), and whether it learns as well is configs/grids/lora_frozen_lake_smollm2.py's
-question:
+LoRA adapters instead of the whole model (`jaxtree.experiment.LORA_VARIANT`, an option):
 
     python -m launch.train --config=configs/countdown_smollm2.py:lora \\
         --workdir=/tmp/countdown_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config, variant_overrides
+from jaxtree.experiment import SMOLLM2, base_config, rl_config, variant_overrides
 
 
 def get_config(variant: str = ""):
@@ -36,10 +33,7 @@ def get_config(variant: str = ""):
                                            max_target=100, style="chat", reasoning=6),
                          context_length=576, max_action_tokens=400, epsilon=0.05)
     return rl_config(config, "grpo", {
-        "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
-        # the prefix forest breaks even at unique fractions of ~0.6 on this model
-        # (docs/benchmarks.md, "Prefix-shared update"): trees take it, GRPO groups do not
-        "train.prefix_break_even": 0.55,
+        **SMOLLM2,
         "sft.num_episodes": 512, "sft.steps": 40, "sft.batch_size": 8,
         "sft.learning_rate": 5e-5, "sft.warmup_steps": 4, "sft.log_every": 2,
         "sft.checkpoint_every": 5, "sft.pad_multiple": 0,

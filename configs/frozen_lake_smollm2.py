@@ -18,16 +18,13 @@ temporaries instead of 6.1 GB, for 1.2x the time (docs/benchmarks.md); without t
 the small-model end of the papers' ranges (SFT 1e-5, RL 1e-6 in PATR/LATR for 0.5B-7B models,
 here 2e-5 and 1e-6) rather than the tiny model's.
 
-LoRA is an option (`jaxtree.experiment.LORA_VARIANT`), not the default: on this CPU rank 16
-takes 1.04x the full model's update time for 0.59x its memory (docs/benchmarks.md, "LoRA and
-action-only logits"), and whether it learns as well is configs/grids/lora_frozen_lake_smollm2.py's
-question:
+LoRA adapters instead of the whole model (`jaxtree.experiment.LORA_VARIANT`, an option):
 
     python -m launch.train --config=configs/frozen_lake_smollm2.py:lora \\
         --workdir=/tmp/fl_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config, variant_overrides
+from jaxtree.experiment import SMOLLM2, base_config, rl_config, variant_overrides
 
 
 def get_config(variant: str = ""):
@@ -35,10 +32,7 @@ def get_config(variant: str = ""):
                                              style="chat"),
                          context_length=2048, max_action_tokens=48, epsilon=0.2)
     return rl_config(config, "grpo", {
-        "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
-        # the prefix forest breaks even at unique fractions of ~0.6 on this model
-        # (docs/benchmarks.md, "Prefix-shared update"): trees take it, GRPO groups do not
-        "train.prefix_break_even": 0.55,
+        **SMOLLM2,
         "sft.num_episodes": 64, "sft.steps": 8, "sft.batch_size": 4,
         "sft.learning_rate": 2e-5, "sft.warmup_steps": 2, "sft.log_every": 1,
         "rollout.num_slots": 16, "rollout.groups_per_step": 4, "rollout.group_size": 4,

@@ -17,16 +17,13 @@ demonstration to the context, so its batch is 4 (8 x 576 positions of the Countd
 held 7 GB with the two memory knobs); it checkpoints every 10 steps (a step takes minutes here).
 The learning rates are the small-model end of the papers' ranges, as in frozen_lake_smollm2.py.
 
-LoRA is an option (`jaxtree.experiment.LORA_VARIANT`), not the default: on this CPU rank 16
-takes 1.04x the full model's update time for 0.59x its memory (docs/benchmarks.md, "LoRA and
-action-only logits"), and whether it learns as well is configs/grids/lora_frozen_lake_smollm2.py's
-question:
+LoRA adapters instead of the whole model (`jaxtree.experiment.LORA_VARIANT`, an option):
 
     python -m launch.train --config=configs/mini_swe_smollm2.py:lora \\
         --workdir=/tmp/mswe_smollm2_lora
 """
 
-from jaxtree.experiment import base_config, rl_config, variant_overrides
+from jaxtree.experiment import SMOLLM2, base_config, rl_config, variant_overrides
 
 
 def get_config(variant: str = ""):
@@ -34,10 +31,7 @@ def get_config(variant: str = ""):
                          context_length=2048, max_action_tokens=128, epsilon=0.1)
     config.env.eval_options = {"split": "test"}
     return rl_config(config, "grpo", {
-        "model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
-        # the prefix forest breaks even at unique fractions of ~0.6 on this model
-        # (docs/benchmarks.md, "Prefix-shared update"): trees take it, GRPO groups do not
-        "train.prefix_break_even": 0.55,
+        **SMOLLM2,
         "sft.num_episodes": 256, "sft.steps": 60, "sft.batch_size": 4,
         "sft.learning_rate": 5e-5, "sft.warmup_steps": 6, "sft.log_every": 2,
         "sft.checkpoint_every": 10, "sft.pad_multiple": 0,

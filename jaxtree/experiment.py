@@ -226,7 +226,18 @@ RECIPES: dict[str, dict[str, Any]] = {
 # The `:lora` variant of the pretrained-model configs (configs/*_smollm2.py): rank-16 adapters on
 # every projection over the frozen model (also the KL reference: no second copy), at 10x the
 # full fine-tuning learning rate (the adapters start at zero); the warm start trains adapters too.
+# An option, not the default: on a 2-core CPU rank 16 took 1.04x the full model's update time for
+# 0.59x its memory (docs/benchmarks.md, "LoRA and action-only logits"), and whether it learns as
+# well is configs/grids/lora_frozen_lake_smollm2.py's question.
 LORA_VARIANT = {"model.lora.rank": 16, "optim.learning_rate": 1e-5}
+
+# The model settings of those configs: SmolLM2-135M-Instruct, each block recomputed in the
+# backward pass and the 49,152-token vocabulary projected 256 positions at a time (the update's
+# temporaries 3.5x smaller for 1.2x the time: docs/benchmarks.md, "Training memory"), and the
+# prefix forest for batches below a unique-token fraction of 0.55 (it broke even at ~0.6 on this
+# model: trees take it, GRPO groups do not; docs/benchmarks.md, "Prefix-shared update").
+SMOLLM2 = {"model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
+           "train.prefix_break_even": 0.55}
 
 
 def variant_overrides(variant: str) -> dict[str, Any]:

@@ -51,6 +51,7 @@ import numpy as np
 
 from jaxtree.config import Section, between, non_negative, one_of, option
 from jaxtree.models.config import ModelConfig
+from jaxtree.utils import power_of_two_at_least
 from jaxtree.models.token_scores import (TrainingMemory, token_entropy,  # noqa: F401 (re-exported)
                                          token_logprobs, token_scores, tree_token_scores)
 
@@ -261,12 +262,16 @@ def minibatch(tokens, action_mask, old_logprobs, advantages, ref_logprobs,
     return Minibatch(tokens, action_mask, old_logprobs, advantages, weights, ref_logprobs)
 
 
+def scored_columns(action_mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """bool[..., T]: the columns a loss scores, action tokens and nonzero weights (host)."""
+    used = np.asarray(action_mask, bool)
+    return used if weights is None else used | (np.asarray(weights) != 0)
+
+
 def needed_widths(action_mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """int[B]: the columns each row's loss needs, one past its last action token (or nonzero
     weight); 0 for a row with none. Later columns cannot change the scores of earlier tokens."""
-    used = np.asarray(action_mask, bool)
-    if weights is not None:
-        used = used | (np.asarray(weights) != 0)
+    used = scored_columns(action_mask, weights)
     last = used.shape[1] - np.argmax(used[:, ::-1], axis=1)
     return np.where(used.any(axis=1), last, 0)
 
@@ -318,16 +323,12 @@ class ActionMinibatch(NamedTuple):
 def slot_count(count: int, width: int, smallest: int = 8) -> int:
     """Slots K for `count` scored tokens per row of rows `width` wide: a power of two (at least
     `smallest`), so that a run compiles few shapes, capped at `width`."""
-    return min(max(smallest, 1 << max(0, int(count) - 1).bit_length()), width)
-
-
-def _scored(mb: Minibatch) -> np.ndarray:
-    return np.asarray(mb.action_mask, bool) | (np.asarray(mb.weights) != 0)
+    return min(power_of_two_at_least(count, smallest), width)
 
 
 def action_slot_count(mb: Minibatch) -> int:
     """K of `take_action_slots` for the micro-batch(es) `mb` ([..., T] host arrays)."""
-    scored = _scored(mb)
+    scored = scored_columns(mb.action_mask, mb.weights)
     return slot_count(int(scored.sum(axis=-1).max(initial=1)), scored.shape[-1])
 
 
@@ -335,7 +336,7 @@ def take_action_slots(mb: Minibatch, slots: int) -> ActionMinibatch:
     """The ActionMinibatch of `mb` (host arrays [B, T]) with `slots` slots per row (at least
     its rows' count of action tokens, or nonzero weights): each row's scored columns in order,
     then empty slots."""
-    scored = _scored(mb)
+    scored = scored_columns(mb.action_mask, mb.weights)
     rows, width = scored.shape
     if slots < scored.sum(axis=1).max(initial=0):
         raise ValueError(f"{slots} slots hold fewer than a row's {scored.sum(axis=1).max()} "

@@ -27,6 +27,12 @@ def check_writable(directory: str) -> None:
         pass
 
 
+def power_of_two_at_least(n: int, minimum: int = 1) -> int:
+    """The smallest power of two >= max(n, minimum): shape buckets that keep the number of
+    compiled programs logarithmic in the largest size."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
 def round_up(n: int, multiple: int) -> int:
     """The smallest multiple of `multiple` that is >= n (padding widths, row counts)."""
     return -(-int(n) // multiple) * multiple

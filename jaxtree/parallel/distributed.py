@@ -30,6 +30,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from jaxtree.utils import power_of_two_at_least
+
 
 class DistributedSetupError(ValueError):
     """A multi-process launch flag that cannot work; the message names the flag."""
@@ -134,7 +136,7 @@ def shares(count: int, processes: int | None = None) -> list[range]:
 def _bucket(n: int) -> int:
     """n rounded up to a power of two (at least 1 KiB): one compiled all-gather per size
     bucket, not per payload size."""
-    return max(1024, 1 << (int(n) - 1).bit_length())
+    return power_of_two_at_least(n, 1024)
 
 
 def allgather_objects(value: Any) -> list[Any]:

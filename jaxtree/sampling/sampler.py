@@ -36,7 +36,7 @@ from jaxtree.models.kv_cache import KVCache, init_cache
 from jaxtree.models.lora import model_variables
 from jaxtree.models.transformer import Transformer
 from jaxtree.sampling.logits_processing import SamplingConfig, sample_tokens
-from jaxtree.utils import round_up
+from jaxtree.utils import power_of_two_at_least, round_up
 from jaxtree.sampling import randomness
 
 # Why a row stopped (DecodeOutput.finish_reason).
@@ -233,7 +233,7 @@ generate_jit = jax.jit(generate, static_argnames=_STATIC + ("capacity",))
 
 def bucket_length(n: int, minimum: int = 8) -> int:
     """Next power of two >= max(n, minimum): bounds distinct prompt shapes to O(log max_len)."""
-    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+    return power_of_two_at_least(n, minimum)
 
 
 def half_step_bucket(n: int, minimum: int = 8) -> int:

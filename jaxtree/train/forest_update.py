@@ -31,11 +31,7 @@ from jaxtree.parallel import distributed
 from jaxtree.parallel.mesh import batch_parallelism
 from jaxtree.train.prefix_forest import GroupTree, group_trees, pack_forest
 from jaxtree.train.update import needed_widths
-from jaxtree.utils import round_up
-
-
-def _power_of_two(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+from jaxtree.utils import power_of_two_at_least, round_up
 
 
 def _ancestor_bucket(n: int) -> int:
@@ -43,7 +39,7 @@ def _ancestor_bucket(n: int) -> int:
     8. Every block's attention reads all A slots, so a power of two past 8 would waste up to
     half of the tree attention on padding (a 1,224-token chat trajectory in blocks of 32 has 39
     ancestors: 40 slots, not 64), for a few more compiled shapes."""
-    return _power_of_two(n) if n <= 8 else round_up(n, 8)
+    return power_of_two_at_least(n) if n <= 8 else round_up(n, 8)
 
 
 def _rows_of(trees: list[GroupTree], blocks: int, slots: int) -> list[list[GroupTree]]:
@@ -75,7 +71,7 @@ def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: 
              if t.num_blocks]
     width = round_up(int(widths.max(initial=1)), width_multiple)
     blocks = round_up(max((t.num_blocks for t in trees), default=1), 8)
-    slots = _power_of_two(max((len(t.rows) for t in trees), default=1))
+    slots = power_of_two_at_least(max((len(t.rows) for t in trees), default=1))
     ancestor_slots = _ancestor_bucket(max((len(a) for t in trees for a in t.ancestors),
                                           default=1))
     rows = _rows_of(trees, blocks, slots)
@@ -98,7 +94,7 @@ def _action_only(plan: list[tuple[ForestMinibatch, np.ndarray]]
     for fmb, _ in plan:
         t = fmb.trajectories
         rows = fmb.token_index.shape[0]
-        scored = (np.asarray(t.action_mask, bool) | (np.asarray(t.weights) != 0)).reshape(rows, -1)
+        scored = losses.scored_columns(t.action_mask, t.weights).reshape(rows, -1)
         scored_rows.append(scored)
         scored_tokens.append([np.unique(index[used]) for index, used in
                               zip(np.asarray(fmb.token_index), scored)])

@@ -1,12 +1,19 @@
 """Typed config sections and part registries (jaxtree.config)."""
 
 import dataclasses
+import glob
+import inspect
+import os
 import re
 
 import pytest
 
 from jaxtree.config import (ConfigError, Registry, Section, between, each, one_of, option,
                             positive, reference_rows)
+from jaxtree.compare.grid import import_file
+from jaxtree.experiment import Experiment
+from jaxtree.train.jobs import read_prm_config
+from jaxtree.train.pipeline import check_experiment
 
 WIDGETS = Registry("widget")
 
@@ -174,3 +181,26 @@ def test_a_resume_with_any_changed_part_setting_is_refused_naming_it(tmp_path):
         record_config(str(tmp_path), recorded, allow_change=True)
         with pytest.raises(WorkdirError, match=rf"another config \({re.escape(path)}: "):
             record_config(str(tmp_path), current)
+
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+@pytest.mark.parametrize("name", sorted(os.path.basename(p)[:-3] for p in
+                                        glob.glob(os.path.join(CONFIG_DIR, "*.py"))))
+def test_every_shipped_config_is_a_valid_experiment(name):
+    """Each file of configs/ (and its `:lora` variant, where `get_config` takes one) builds the
+    typed experiment its launch jobs validate at start, every read label with a producer."""
+    module = import_file(os.path.join(CONFIG_DIR, f"{name}.py"), f"_config_{name}")
+    variants = [()]
+    if "variant" in inspect.signature(module.get_config).parameters:
+        variants.append(("lora",))
+    for args in variants:
+        config = module.get_config(*args)
+        if "prm" in config:  # a launch.train_prm config: the experiment plus its PRM settings
+            experiment, _ = read_prm_config(config)
+        else:
+            experiment = Experiment.from_config(config)
+        check_experiment(experiment)
+        if args:
+            assert experiment.model.lora.rank > 0

@@ -15,8 +15,8 @@ from jaxtree.losses import LossConfig
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.train.batch_update import BatchUpdate, SavedBatch, load_batch, save_batch
 from jaxtree.train.config import TrainConfig
-from jaxtree.train.forest_update import ForestSteps
-from jaxtree.train.prefix_forest import group_trees, unique_fraction
+from jaxtree.train.forest_update import ForestSteps, ancestor_classes
+from jaxtree.train.prefix_forest import group_trees, pack_forest, unique_fraction
 from jaxtree.train.update import Updater, needed_widths
 
 
@@ -88,6 +88,65 @@ def test_every_token_sees_exactly_its_prefix(shape, block):
                 assert sorted(seen) == list(enumerate(tokens[i, :d + 1].tolist()))
                 want = tree.token_index[k, d - 1] if d else -1
                 assert tree.predictor[b, o] == want
+
+
+def test_ancestor_classes_give_every_block_the_slots_it_needs():
+    """Hand-checked: 16 blocks with up to 40 ancestors; then on random counts, the classes hold
+    every block, their slots increase to the deepest block's, and in every row the blocks
+    needing more than a class's slots fit in the classes above it."""
+    counts = np.array([[0, 1, 2, 3, 5, 9, 17, 17, 20, 25, 33, 40, 0, 0, 0, 0]])
+    # bounds 16, 24, 32, 40 (40 / 4 steps in buckets of 8); 6 blocks need > 16, 3 > 24, 2 > 32:
+    # each rounded up to a multiple of 8
+    assert ancestor_classes(counts, 40) == ((8, 16), (8, 40))
+    assert ancestor_classes(counts[:, :12], 40, most=1) == ((12, 40),)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        rows, blocks, slots = rng.integers(1, 4), 8 * rng.integers(1, 30), rng.integers(1, 60)
+        counts = rng.integers(0, slots + 1, (rows, blocks))
+        classes = ancestor_classes(counts, slots)
+        assert sum(n for n, _ in classes) == blocks
+        assert [a for _, a in classes] == sorted({a for _, a in classes})
+        assert classes[-1][1] >= counts.max()
+        for c, (_, bound) in enumerate(classes):
+            above = sum(n for n, _ in classes[c + 1:])
+            assert ((counts > bound).sum(-1) <= above).all()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_blocks_ordered_into_ancestor_classes_keep_every_prefix(shape):
+    """Packed in ancestor classes (each row's blocks permuted, every block index following),
+    each trajectory slot's columns still read its row's tokens, each token's ancestors through
+    its class's slots and its own block are exactly its prefix, and its predictor the token
+    before it."""
+    tokens, mask, groups = random_batch(shape, seed=7)
+    widths = needed_widths(mask)
+    block = 4
+    trees = group_trees(tokens, widths, groups, block)
+    blocks = -(-sum(t.num_blocks for t in trees) // 8) * 8
+    deepest = max(len(a) for t in trees for a in t.ancestors)
+    counts = np.zeros((1, blocks), int)
+    counts[0, :sum(t.num_blocks for t in trees)] = [len(a) for t in trees for a in t.ancestors]
+    classes = ancestor_classes(counts, deepest)
+    assert len(classes) > 1
+    packed = pack_forest(trees, 1, blocks, len(tokens), deepest, block, tokens.shape[1], classes)
+    ancestors = np.concatenate([np.pad(a[0], ((0, 0), (0, deepest - a.shape[2])),
+                                       constant_values=-1) for a in packed.ancestors])
+    flat_tokens, flat_positions = packed.tokens[0].reshape(-1), packed.positions[0].reshape(-1)
+    for slot, i in enumerate(packed.slots[0]):
+        if i < 0:
+            continue
+        for d in range(widths[i]):
+            index = int(packed.token_index[0, slot, d])
+            b, o = divmod(index, block)
+            assert flat_tokens[index] == tokens[i, d] and flat_positions[index] == d
+            seen = [(int(packed.positions[0, a, x]), int(packed.tokens[0, a, x]))
+                    for a in ancestors[b] if a >= 0 for x in range(block)
+                    if packed.valid[0, a, x]]
+            seen += [(int(packed.positions[0, b, x]), int(packed.tokens[0, b, x]))
+                     for x in range(o + 1)]
+            assert sorted(seen) == list(enumerate(tokens[i, :d + 1].tolist()))
+            want = packed.token_index[0, slot, d - 1] if d else -1
+            assert packed.predictor[0, b, o] == want
 
 
 @pytest.fixture(scope="module")

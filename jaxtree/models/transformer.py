@@ -21,7 +21,7 @@ import numpy as np
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, write_chunk, write_keys
 from jaxtree.models.lora import COLLECTION, add_adapter
-from jaxtree.models.tree_blocks import TreeBlocks, tree_context
+from jaxtree.models.tree_blocks import TreeBlocks, tree_contexts
 
 _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax instead of NaN
 
@@ -123,6 +123,18 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Ar
     return _ungroup(out, chunk)
 
 
+def _attend_tree(q: jax.Array, k: jax.Array, v: jax.Array, tree: TreeBlocks) -> jax.Array:
+    """Attention of token-tree blocks (`jaxtree.models.tree_blocks`), one ancestor class at a
+    time. q: [B, T, H, Dh]; k, v: [B, T, K, Dh] for B = R x NB blocks. Returns [B, T, H, Dh]."""
+    rows = tree.valid.shape[0]
+    batch, chunk, heads, head_dim = q.shape
+    q = q.reshape(rows, batch // rows, chunk, heads, head_dim)
+    outs = [_attend(q[:, c.start:c.start + c.count].reshape(rows * c.count, chunk, heads,
+                                                              head_dim), c.keys, c.values, c.mask)
+            .reshape(rows, c.count, chunk, heads, head_dim) for c in tree_contexts(k, v, tree)]
+    return jnp.concatenate(outs, axis=1).reshape(batch, chunk, heads, head_dim)
+
+
 def attention_spans(capacity: int, smallest: int = 128) -> tuple[int, ...]:
     """Static key spans the cached attention chooses from: smallest * 2^i up to half the capacity,
     then the capacity itself (e.g. 1000 -> (128, 256, 512, 1000); 144 -> (144,)).
@@ -213,8 +225,7 @@ class Attention(nn.Module):
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
         if tree is not None:
-            keys, values, tree_mask = tree_context(k, v, tree)
-            out = _attend(q, keys, values, tree_mask)
+            out = _attend_tree(q, k, v, tree)
             new_cache_kv = None
         elif cache_kv is None:
             out = _attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask)

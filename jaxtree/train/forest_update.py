@@ -42,6 +42,38 @@ def _ancestor_bucket(n: int) -> int:
     return power_of_two_at_least(n) if n <= 8 else round_up(n, 8)
 
 
+ANCESTOR_CLASSES = 4  # at most this many ancestor classes per forest (tree_blocks)
+
+
+def ancestor_classes(counts: np.ndarray, ancestor_slots: int,
+                     most: int = ANCESTOR_CLASSES) -> tuple[tuple[int, int], ...]:
+    """The ancestor classes ((blocks, slots), ...) of forest rows whose blocks have `counts`
+    ancestors (int[R, NB]): up to `most` classes of `_ancestor_bucket` slots evenly up to
+    `ancestor_slots`, each class's block count the most any row needs there, rounded up to a
+    multiple of 8 and of an eighth of NB (so few distinct shapes compile); a row's surplus
+    blocks of a class are filled by its next deepest ones.
+
+    A block's attention costs its class's slots, so the classes cut the tree attention where
+    depths differ: in a PATR batch of 12 SmolLM2 FrozenLake episodes (168 blocks of 32 tokens,
+    up to 40 ancestors) 4 classes read 0.67 of one class's slots (2: 0.78, 8: 0.67; exact
+    slots per block would be 0.53) and one forward and backward of the blocks took 0.69x the
+    time (docs/benchmarks.md, "Prefix-shared update")."""
+    rows, blocks = counts.shape
+    quantum = round_up(max(blocks // 8, 1), 8)
+    bounds = sorted({_ancestor_bucket(max(1, -(-ancestor_slots * c // most)))
+                     for c in range(1, most + 1)} | {ancestor_slots})
+    bounds = [b for b in bounds if b <= ancestor_slots]
+    # need[c]: blocks of some row needing more than bounds[c - 1] slots (classes >= c)
+    need = [blocks] + [min(blocks, round_up(int((counts > b).sum(-1).max(initial=0)), quantum))
+                       for b in bounds[:-1]]
+    classes = []
+    for c, slots in enumerate(bounds):
+        n = need[c] - (need[c + 1] if c + 1 < len(need) else 0)
+        if n > 0:
+            classes.append((n, slots))
+    return tuple(classes)
+
+
 def _rows_of(trees: list[GroupTree], blocks: int, slots: int) -> list[list[GroupTree]]:
     """The trees laid into rows in order, a new row when the next tree does not fit."""
     rows, current, used_blocks, used_slots = [], [], 0, 0
@@ -75,12 +107,17 @@ def plan_forest(mb: Minibatch, group_ids: np.ndarray, block: int, row_multiple: 
     ancestor_slots = _ancestor_bucket(max((len(a) for t in trees for a in t.ancestors),
                                           default=1))
     rows = _rows_of(trees, blocks, slots)
+    counts = np.zeros((max(len(rows), 1), blocks), np.int64)
+    for r, row in enumerate(rows):
+        row_counts = [len(a) for t in row for a in t.ancestors]
+        counts[r, :len(row_counts)] = row_counts
+    classes = ancestor_classes(counts, ancestor_slots)
     per_call = max(row_multiple, token_budget // (blocks * block) // row_multiple * row_multiple)
     per_call = min(per_call, round_up(max(len(rows), 1), row_multiple))
     out = []
     for start in range(0, max(len(rows), 1), per_call):
         packed = pack_forest_rows(rows[start:start + per_call], per_call, blocks, slots,
-                                  ancestor_slots, block, width)
+                                  ancestor_slots, block, width, classes)
         out.append((_forest_minibatch(mb, packed, width), packed.slots.reshape(-1)))
     return _action_only(out) if action_only else out
 
@@ -114,14 +151,16 @@ def _action_only(plan: list[tuple[ForestMinibatch, np.ndarray]]
 
 
 def pack_forest_rows(rows: list[list[GroupTree]], count: int, blocks: int, slots: int,
-                     ancestor_slots: int, block: int, width: int):
+                     ancestor_slots: int, block: int, width: int, classes=None):
     """`pack_forest` of trees already assigned to rows: row r of the result holds rows[r]."""
-    parts = [pack_forest(row, 1, blocks, slots, ancestor_slots, block, width) for row in rows]
-    empty = pack_forest([], 1, blocks, slots, ancestor_slots, block, width)
+    parts = [pack_forest(row, 1, blocks, slots, ancestor_slots, block, width, classes)
+             for row in rows]
+    empty = pack_forest([], 1, blocks, slots, ancestor_slots, block, width, classes)
     parts += [empty] * (count - len(parts))
-    return type(empty)(*(np.concatenate([getattr(p, f) for p in parts])
-                         for f in ("tokens", "positions", "valid", "ancestors", "predictor",
-                                   "slots", "token_index")))
+    fields = {f: np.concatenate([getattr(p, f) for p in parts])
+              for f in ("tokens", "positions", "valid", "predictor", "slots", "token_index")}
+    ancestors = tuple(np.concatenate(c) for c in zip(*(p.ancestors for p in parts)))
+    return type(empty)(ancestors=ancestors, **fields)
 
 
 def _forest_minibatch(mb: Minibatch, packed, width: int) -> ForestMinibatch:

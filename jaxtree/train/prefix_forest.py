@@ -159,8 +159,9 @@ def unique_fraction(trees: Sequence[GroupTree], lengths: np.ndarray) -> float:
 class PackedForest:
     """Whole group trees laid into R rows (host arrays, one micro-batch's):
 
-      tokens, positions: int32[R, NB, T]; valid: bool[R, NB, T]; ancestors: int32[R, NB, A]
-      (-1 pads); predictor: int32[R, NB, T] (flat index in the row, -1: none);
+      tokens, positions: int32[R, NB, T]; valid: bool[R, NB, T]; ancestors: per ancestor
+      class, int32[R, NB_c, A_c] (-1 pads; `jaxtree.models.tree_blocks.TreeBlocks`);
+      predictor: int32[R, NB, T] (flat index in the row, -1: none);
       slots: int[R, S], the batch row of each trajectory slot of a row (-1: empty);
       token_index: int32[R, S, W], per slot the flat index in its row of each column.
     """
@@ -168,20 +169,75 @@ class PackedForest:
     tokens: np.ndarray
     positions: np.ndarray
     valid: np.ndarray
-    ancestors: np.ndarray
+    ancestors: tuple[np.ndarray, ...]
     predictor: np.ndarray
     slots: np.ndarray
     token_index: np.ndarray
 
 
 def pack_forest(trees: Sequence[GroupTree], rows: int, blocks: int, slots: int,
-                ancestor_slots: int, block: int, width: int) -> PackedForest:
+                ancestor_slots: int, block: int, width: int,
+                classes: Sequence[tuple[int, int]] | None = None) -> PackedForest:
     """Lays `trees` into `rows` rows of `blocks` blocks and `slots` trajectory slots each,
-    filling row by row in the order given (ValueError if they do not fit)."""
+    filling row by row in the order given (ValueError if they do not fit).
+
+    `classes`: the ancestor classes, ((blocks, ancestor slots), ...) in increasing slots with
+    the blocks summing to `blocks`; each row's blocks are ordered into them, those with the most
+    ancestors into the last class (default: one class of `ancestor_slots`)."""
+    out = _pack_in_tree_order(trees, rows, blocks, slots, ancestor_slots, block, width)
+    return _order_into_classes(out, classes or ((blocks, ancestor_slots),), block)
+
+
+def _order_into_classes(out: PackedForest, classes: Sequence[tuple[int, int]], block: int
+                        ) -> PackedForest:
+    """`out` (one ancestor class of every block) with each row's blocks permuted into
+    `classes` by their ancestor counts, every block index (ancestors, predictors, token
+    indices) following its block."""
+    full = out.ancestors[0]
+    rows, blocks, _ = full.shape
+    if sum(n for n, _ in classes) != blocks:
+        raise ValueError(f"ancestor classes {tuple(classes)} do not hold {blocks} blocks")
+    counts = (full >= 0).sum(-1)                                              # [R, NB]
+    perm = np.empty((rows, blocks), np.int64)
+    for row in range(rows):
+        # blocks by ancestor count, most first, into the last (widest) class first
+        by_count = np.argsort(-counts[row], kind="stable")
+        end, chosen = blocks, []
+        for n, class_slots in reversed(classes):
+            members = np.sort(by_count[blocks - end:blocks - end + n])
+            if counts[row, members].max(initial=0) > class_slots:
+                raise ValueError(f"a block has {counts[row, members].max()} ancestors, more "
+                                 f"than its class's {class_slots} slots")
+            chosen.insert(0, members)
+            end -= n
+        perm[row] = np.concatenate(chosen)
+    inverse = np.empty_like(perm)
+    np.put_along_axis(inverse, perm, np.arange(blocks)[None, :], axis=1)
+
+    def moved(flat):  # a flat index (block x T + offset) of a row, with its block moved
+        r = np.arange(rows).reshape((rows,) + (1,) * (flat.ndim - 1))
+        return inverse[r, flat // block] * block + flat % block
+
+    take = lambda x: np.take_along_axis(x, perm[:, :, None], axis=1)  # noqa: E731
+    ancestors, start = [], 0
+    for n, class_slots in classes:
+        a = take(full)[:, start:start + n, :class_slots]
+        r = np.arange(rows)[:, None, None]
+        ancestors.append(np.where(a >= 0, inverse[r, np.maximum(a, 0)], -1).astype(np.int32))
+        start += n
+    predictor = take(out.predictor)
+    predictor = np.where(predictor >= 0, moved(np.maximum(predictor, 0)), -1).astype(np.int32)
+    return PackedForest(take(out.tokens), take(out.positions), take(out.valid), tuple(ancestors),
+                        predictor, out.slots, moved(out.token_index).astype(np.int32))
+
+
+def _pack_in_tree_order(trees: Sequence[GroupTree], rows: int, blocks: int, slots: int,
+                        ancestor_slots: int, block: int, width: int) -> PackedForest:
+    """`pack_forest` with every tree's blocks in its own order, one ancestor class."""
     out = PackedForest(
         np.zeros((rows, blocks, block), np.int32), np.zeros((rows, blocks, block), np.int32),
-        np.zeros((rows, blocks, block), bool), np.full((rows, blocks, ancestor_slots), -1,
-                                                      np.int32),
+        np.zeros((rows, blocks, block), bool), (np.full((rows, blocks, ancestor_slots), -1,
+                                                       np.int32),),
         np.full((rows, blocks, block), -1, np.int32), np.full((rows, slots), -1, np.int64),
         np.zeros((rows, slots, width), np.int32))
     row, used_blocks, used_slots = 0, 0, 0
@@ -203,7 +259,7 @@ def pack_forest(trees: Sequence[GroupTree], rows: int, blocks: int, slots: int,
             if len(ancestors) > ancestor_slots:
                 raise ValueError(f"a block has {len(ancestors)} ancestors, more than "
                                  f"{ancestor_slots} slots")
-            out.ancestors[row, used_blocks + i, :len(ancestors)] = np.asarray(ancestors) + \
+            out.ancestors[0][row, used_blocks + i, :len(ancestors)] = np.asarray(ancestors) + \
                 used_blocks
         s = slice(used_slots, used_slots + n)
         out.slots[row, s] = tree.rows

@@ -23,8 +23,8 @@ experiments"; no reference forward either). MC-PR (the paper's third row) is not
 continuations from each of an episode's ~8 visited states, each ~4 turns long, a step would play
 ~2,000 extra turns beside the policy's ~130, 16 times the rollout, which this machine cannot
 afford for a 135M model (configs/grids/vpr_sudoku4.py runs it on the tiny model).
-Metrics: success rate (SR) and completion rate (CR) on 12 held-out puzzles x 2 samples at steps
-0, 4 and 8, the training rollouts' SR, and the verifier's accept rate.
+Metrics: success rate (SR), completion rate (CR) and the verifier's accept rate per move on 12
+held-out puzzles x 2 samples at steps 0, 4 and 8, and the training rollouts' SR.
 
 Budget on the 2-core CPU, each run in a lane pinned to one core: an episode is ~1,130 tokens (8
 turns), so a step's update covers ~18,000 tokens like the FrozenLake chat grid's (~6 turns of
@@ -48,6 +48,6 @@ def get_grid():
         },
         "warm_start": {},
         "seeds": (0, 1, 2),
-        "metrics": ("eval/success_rate", "eval/completion_rate", "rollout/success_rate",
-                    "rollout/verified_rate", "time/step"),
+        "metrics": ("eval/success_rate", "eval/completion_rate", "eval/verified_rate",
+                    "rollout/success_rate", "time/step"),
     }

@@ -75,6 +75,11 @@ class ModelSpec(Section):
     init_seed: int = option(0, "seed of a preset's random initialisation")
     remat: bool = option(False, "training: recompute each block's activations in the backward "
                          "pass instead of storing them (less memory, ~1/3 more compute)")
+    remat_policy: str = option(
+        "everything", "training, with remat: what each block keeps for the backward pass "
+        "('everything' is recomputed; 'attention' keeps the projections' outputs and recomputes "
+        "only the attention's scores and softmax: more memory, no second pass through the "
+        "matmuls)", check=one_of(("everything", "attention")))
     logits_chunk: int = option(0, "training: positions per chunk of the vocabulary projection "
                                "in the losses, recomputed in the backward pass (0 = all at "
                                "once; 256 keeps a 49k vocabulary's logits small)",
@@ -88,7 +93,8 @@ class ModelSpec(Section):
     def training_memory(self) -> TrainingMemory:
         """The remat / logits-chunk / action-only trade-offs of the update and warm-start
         steps."""
-        return TrainingMemory(remat=self.remat, logits_chunk=self.logits_chunk,
+        return TrainingMemory(remat=self.remat, remat_policy=self.remat_policy,
+                              logits_chunk=self.logits_chunk,
                               action_only=self.action_logits)
 
     def check(self):

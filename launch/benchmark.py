@@ -62,8 +62,9 @@ _TRAIN_ROWS = flags.DEFINE_integer("train_rows", 64, "train: sequences per minib
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 384, "train: tokens per sequence.")
 _MICRO_BATCHES = flags.DEFINE_list("micro_batches", ["8", "32"], "train: micro-batch sizes.")
 _MEMORY_MODES = flags.DEFINE_list("memory_modes", ["none"],
-                                  "train: training-memory modes (none, remat, chunk:N, "
-                                  "remat+chunk:N); the first is the baseline.")
+                                  "train: training-memory modes (none, remat, "
+                                  "remat:attention, chunk:N, remat[:attention]+chunk:N); the "
+                                  "first is the baseline.")
 _FLOPS = flags.DEFINE_boolean("flops", True, "train: also count the step's FLOPs (one more "
                               "compilation, of the whole minibatch in one micro-batch).")
 _LORA = flags.DEFINE_list("lora", [], "train: LoRA ranks to compare (0 = full fine-tuning), "

@@ -117,12 +117,13 @@ def test_train_benchmark_compares_memory_modes(tmp_path, capsys, one_layer):
     2): its fused step is this one's "none" step, compiled once."""
     from launch.benchmarks import train
     train.run([one_layer], rows=4, seq_len=32, micro_batches=[2], repeats=1,
-              output=str(tmp_path / "train.json"), memory_modes=("none", "remat+chunk:8"),
-              with_flops=False, ceiling_size=256)
+              output=str(tmp_path / "train.json"),
+              memory_modes=("none", "remat:attention+chunk:8"), with_flops=False,
+              ceiling_size=256)
     results = json.loads((tmp_path / "train.json").read_text())["results"]
-    assert [r["memory_mode"] for r in results] == ["none", "remat+chunk:8"]
+    assert [r["memory_mode"] for r in results] == ["none", "remat:attention+chunk:8"]
     assert all(r["temp_bytes"] > 0 and r["seconds"] > 0 for r in results)
-    assert f"| {one_layer} | 2           | remat+chunk:8" in capsys.readouterr().out
+    assert f"| {one_layer} | 2           | remat:attention+chunk:8" in capsys.readouterr().out
     with pytest.raises(ValueError, match="chunk:N"):
         train.parse_memory_mode("chunk:0")
 

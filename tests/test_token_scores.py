@@ -11,8 +11,10 @@ from jaxtree.config import ConfigError
 from jaxtree.models.token_scores import TrainingMemory, token_scores
 from jaxtree.policy import ModelSpec
 
-# each knob alone (chunks of 5 over 23 positions: a ragged last chunk) and both together
-MODES = (TrainingMemory(logits_chunk=5), TrainingMemory(remat=True, logits_chunk=7))
+# each knob alone (chunks of 5 over 23 positions: a ragged last chunk) and both together, with
+# each remat policy
+MODES = (TrainingMemory(logits_chunk=5), TrainingMemory(remat=True, logits_chunk=7),
+         TrainingMemory(remat=True, remat_policy="attention", logits_chunk=7))
 
 def _reference(config, params, tokens):
     """log-prob, entropy and greedy hit of each token, in float64 from the full forward's
@@ -88,13 +90,23 @@ def test_chunked_logits_and_remat_lower_the_compiled_memory():
     assert (temp_bytes(wide, TrainingMemory(logits_chunk=32), 128)
             < 0.6 * temp_bytes(wide, TrainingMemory(), 128))
     deep = models.get_preset("tiny").replace(num_layers=6)
-    assert (temp_bytes(deep, TrainingMemory(remat=True), 256)
-            < 0.6 * temp_bytes(deep, TrainingMemory(), 256))
+    everything = temp_bytes(deep, TrainingMemory(remat=True), 256)
+    full = temp_bytes(deep, TrainingMemory(), 256)
+    assert everything < 0.6 * full
+    # keeping the projections costs memory, less than keeping the attention's probabilities too
+    assert everything < temp_bytes(deep, TrainingMemory(remat=True, remat_policy="attention"),
+                                   256) < 0.7 * full
 
 
 def test_the_model_section_carries_the_memory_knobs():
     spec = ModelSpec(remat=True, logits_chunk=256)
     assert spec.training_memory() == TrainingMemory(remat=True, logits_chunk=256)
+    assert ModelSpec(remat=True, remat_policy="attention").training_memory().remat_policy == \
+        "attention"
+    with pytest.raises(ConfigError, match="remat_policy"):
+        ModelSpec(remat_policy="some")
+    with pytest.raises(ValueError, match="remat_policy"):
+        TrainingMemory(remat_policy="some")
     with pytest.raises(ConfigError, match="logits_chunk"):
         ModelSpec(logits_chunk=-1)
 

@@ -11,6 +11,10 @@ float reassociation, for less memory and more compute):
                 storing them (`Transformer(remat=True)`: a scan over the stacked blocks with a
                 checkpointed body): the stored state is one [B, T, D] residual per layer instead
                 of its attention and MLP intermediates.
+                `remat_policy`: "everything" recomputes the whole block; "attention" keeps
+                the projections' outputs (q, k, v, the attention output, the MLP's gate and up)
+                and recomputes only the attention's scores and softmax and the elementwise ops:
+                ~0.6 MB more a token for SmolLM2, and no second pass through its matmuls.
   logits_chunk  project the final hidden states onto the vocabulary `logits_chunk` positions at a
                 time under `jax.checkpoint`, so neither the forward nor the backward pass ever
                 holds more than [B, logits_chunk, V] logits (0: all positions at once).
@@ -40,7 +44,7 @@ import jax.numpy as jnp
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.lora import base_params, model_variables
-from jaxtree.models.transformer import Transformer
+from jaxtree.models.transformer import REMAT_POLICIES, Transformer
 from jaxtree.models.tree_blocks import TreeBlocks
 
 
@@ -49,12 +53,16 @@ class TrainingMemory:
     """How a training forward pass trades compute for memory (see the module docstring)."""
 
     remat: bool = False
+    remat_policy: str = "everything"
     logits_chunk: int = 0
     # the RL update's vocabulary projection at action tokens only (`model.action_logits`, on by
     # default; the warm start's loss ignores it)
     action_only: bool = True
 
     def __post_init__(self):
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r}: expected one of "
+                             f"{tuple(REMAT_POLICIES)}")
         if self.logits_chunk < 0:
             raise ValueError(f"logits_chunk={self.logits_chunk} must be >= 0 (0: no chunking)")
 
@@ -153,7 +161,7 @@ def tree_token_scores(config: ModelConfig, params: dict, tokens: jax.Array, tree
       is no predictor (or no token).
     """
     rows, blocks, width = tokens.shape
-    hidden, _ = Transformer(config, remat=memory.remat).apply(
+    hidden, _ = Transformer(config, remat=memory.remat, remat_policy=memory.remat_policy).apply(
         model_variables(params), tokens.reshape(rows * blocks, width), tree=tree,
         return_hidden=True)
     hidden = hidden.reshape(rows, blocks * width, -1)
@@ -189,7 +197,7 @@ def token_scores(config: ModelConfig, params: dict, tokens: jax.Array,
       empty slots).
     """
     batch, width = tokens.shape
-    hidden, _ = Transformer(config, remat=memory.remat).apply(
+    hidden, _ = Transformer(config, remat=memory.remat, remat_policy=memory.remat_policy).apply(
         model_variables(params), tokens[:, :-1], return_hidden=True)  # [B, T-1, D]
     if positions is not None:
         # token t is predicted from the hidden state at t - 1

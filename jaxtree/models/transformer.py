@@ -11,17 +11,28 @@ T new tokens, S cache capacity, D width, H query heads, K key/value heads, Dh he
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxtree.models.config import ModelConfig
 from jaxtree.models.kv_cache import KVCache, write_chunk, write_keys
 from jaxtree.models.lora import COLLECTION, add_adapter
 from jaxtree.models.tree_blocks import TreeBlocks, tree_contexts
+
+# What a rematerialized block keeps for its backward pass (`Transformer.remat_policy`):
+# "everything" is recomputed from the block's input; "attention" keeps the projections' outputs
+# (q, k, v, the attention output, the MLP's gate and up: the matmuls, ~0.6 MB a token over
+# SmolLM2's 30 blocks) and recomputes only the norms, RoPE, the attention's scores and softmax
+# and the activations, whose stored form ([B, H, T, T]) is what does not fit.
+PROJECTION = "projection"
+REMAT_POLICIES = {"everything": None,
+                  "attention": jax.checkpoint_policies.save_only_these_names(PROJECTION)}
 
 _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax instead of NaN
 
@@ -214,7 +225,8 @@ class Attention(nn.Module):
         k = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "k_proj")(x)
         v = _dense(cfg.num_kv_heads * cfg.head_dim, cfg.qkv_bias, cfg, "v_proj")(x)
         # LoRA updates, only when applied with adapters (jaxtree.models.lora)
-        q, k, v = (add_adapter(self, name, x, y, dtype) for name, y in zip("qkv", (q, k, v)))
+        q, k, v = (checkpoint_name(add_adapter(self, name, x, y, dtype), PROJECTION)
+                   for name, y in zip("qkv", (q, k, v)))
         q = q.reshape(batch, chunk, cfg.num_heads, cfg.head_dim)
         k = k.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(batch, chunk, cfg.num_kv_heads, cfg.head_dim)
@@ -235,7 +247,7 @@ class Attention(nn.Module):
             values = write_chunk(cache_kv[1], v, offsets)
             out = _attend_cached(q, keys, values, positions)
             new_cache_kv = (keys, values)
-        out = out.reshape(batch, chunk, cfg.num_heads * cfg.head_dim)
+        out = checkpoint_name(out.reshape(batch, chunk, cfg.num_heads * cfg.head_dim), PROJECTION)
         o = _dense(cfg.hidden_size, cfg.o_bias, cfg, "o_proj")(out)
         return add_adapter(self, "o", out, o, dtype), new_cache_kv
 
@@ -248,9 +260,10 @@ class MLP(nn.Module):
         cfg = self.config
         dtype = cfg.compute_dtype
         gate = _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "gate_proj")(x)
-        gate = add_adapter(self, "gate", x, gate, dtype)
-        up = add_adapter(self, "up", x,
-                         _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "up_proj")(x), dtype)
+        gate = checkpoint_name(add_adapter(self, "gate", x, gate, dtype), PROJECTION)
+        up = checkpoint_name(add_adapter(
+            self, "up", x, _dense(cfg.intermediate_size, cfg.mlp_bias, cfg, "up_proj")(x),
+            dtype), PROJECTION)
         hidden = nn.silu(gate) * up
         down = _dense(cfg.hidden_size, cfg.mlp_bias, cfg, "down_proj")(hidden)
         return add_adapter(self, "down", hidden, down, dtype)
@@ -282,6 +295,7 @@ class Transformer(nn.Module):
 
     config: ModelConfig
     remat: bool = False
+    remat_policy: str = "everything"
 
     @nn.compact
     def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
@@ -370,7 +384,7 @@ class Transformer(nn.Module):
             *[self.variables[name][f"layers_{i}"] for i in range(cfg.num_layers)])
             for name in collections}
 
-        @jax.checkpoint
+        @functools.partial(jax.checkpoint, policy=REMAT_POLICIES[self.remat_policy])
         def block(x, layer_variables):
             return Block(cfg).apply(layer_variables, x, positions, mask, None, None,
                                     tree)[0], None

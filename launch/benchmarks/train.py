@@ -2,8 +2,8 @@
 ceiling, and the step's temporary memory under each training-memory mode.
 
 For each model (a preset at random init, or any policy `load_policy` reads, e.g.
-smollm2-135m-instruct), micro-batch size and memory mode (`none`, `remat`, `chunk:N`,
-`remat+chunk:N`: `jaxtree.models.token_scores`), one jitted update step (`jaxtree.train.update`: forward,
+smollm2-135m-instruct), micro-batch size and memory mode (`none`, `remat`, `remat:attention`,
+`chunk:N`, `remat+chunk:N`: `jaxtree.models.token_scores`), one jitted update step (`jaxtree.train.update`: forward,
 backward, clipped surrogate with a KL term, accumulation under `lax.scan`, AdamW) on a minibatch of
 `rows` random sequences of `seq_len` tokens, half of each row marked as action tokens. Timed as the
 median of `repeats` calls after a compiling warm-up.
@@ -49,17 +49,18 @@ def _batch(config, rows: int, seq_len: int, seed: int = 0) -> losses.Minibatch:
 
 
 def parse_memory_mode(mode: str) -> TrainingMemory:
-    """'none', 'remat', 'chunk:N' or 'remat+chunk:N' -> TrainingMemory (ValueError otherwise)."""
-    remat, chunk = False, 0
+    """'none', 'remat', 'remat:attention', 'chunk:N' or 'remat[:attention]+chunk:N' ->
+    TrainingMemory (ValueError otherwise)."""
+    remat, policy, chunk = False, "everything", 0
     for part in mode.split("+"):
-        if part == "remat":
-            remat = True
+        if part in ("remat", "remat:attention"):
+            remat, policy = True, part[6:] or "everything"
         elif part.startswith("chunk:") and part[6:].isdigit() and int(part[6:]) > 0:
             chunk = int(part[6:])
         elif part != "none":
-            raise ValueError(f"memory mode {mode!r}: expected none, remat, chunk:N or "
-                             "remat+chunk:N")
-    return TrainingMemory(remat=remat, logits_chunk=chunk)
+            raise ValueError(f"memory mode {mode!r}: expected none, remat, remat:attention, "
+                             "chunk:N or remat[:attention]+chunk:N")
+    return TrainingMemory(remat=remat, remat_policy=policy, logits_chunk=chunk)
 
 
 def _updater(config, params, micro: int, memory: TrainingMemory) -> Updater:

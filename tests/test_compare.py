@@ -38,11 +38,14 @@ CURVES = {("a", 0): (0.2, 0.7, 0.6), ("a", 1): (0.4, 0.5, 0.8),
 class FakeRunner:
     """Writes what launch.sft / launch.train would leave behind, from CURVES."""
 
-    def __init__(self, fail=(), preempt=(), steps=4, init="sft"):
+    def __init__(self, fail=(), preempt=(), steps=4, init="sft", stop_warm_start=False):
         self.calls = []
         self.fail = set(fail)
         self.preempt = set(preempt)
         self.steps, self.init = steps, init      # the config file's train.steps and train.init
+        # launch.sft stopped by a signal: it saves where it stopped (optimizer state included,
+        # to resume) and exits 0
+        self.stop_warm_start = stop_warm_start
 
     def jobs(self, job):
         return [c for c in self.calls if c[0] == job]
@@ -60,6 +63,9 @@ class FakeRunner:
                 if "warm_start" in self.fail:
                     log.write("RuntimeError: no demonstrations\n")
                     return 1
+                if self.stop_warm_start:
+                    os.makedirs(os.path.join(workdir, "checkpoints", "5", "opt_state"))
+                    return 0
                 os.makedirs(os.path.join(workdir, "checkpoints", "10"), exist_ok=True)
                 return 0
             assert os.path.isdir(os.path.join(workdir, "sft", "checkpoints")) or \
@@ -328,6 +334,42 @@ def test_warm_starts_are_shared_and_linked(tmp_path):
     ws = json.loads((tmp_path / "out" / "warm_starts" / record["warm_start"] /
                      "warm_start.json").read_text())
     assert ws["complete"] and ws["overrides"] == {"sft.epsilon": 0.5}
+
+
+class StoppedInTheWarmStart(compare.runner.Runner):
+    """A SIGTERM to the harness during the warm start: forwarded, the job saves where it stopped
+    and exits 0 (FakeRunner's stop_warm_start), and the harness is asked to start nothing more."""
+
+    def __init__(self):
+        self.fake = FakeRunner(stop_warm_start=True)
+
+    def __call__(self, argv, workdir, log_path):
+        self.stop_requested = True
+        return self.fake(argv, workdir, log_path)
+
+
+@pytest.mark.parametrize("stopped_by", ["the_harness", "the_job_alone"])
+def test_a_warm_start_stopped_midway_is_not_complete_and_no_run_starts(tmp_path, stopped_by):
+    """A warm start whose job exits 0 without a finished checkpoint (stopped by a signal to the
+    harness, or to the job alone) is not recorded as built and no run starts from it; the same
+    command then builds it and runs everything."""
+    grid = make_grid(tmp_path)
+    out = tmp_path / "out"
+    runner = StoppedInTheWarmStart() if stopped_by == "the_harness" else \
+        FakeRunner(stop_warm_start=True)
+    rc, stdout, _ = run(grid, out, runner)
+    fake = runner.fake if stopped_by == "the_harness" else runner
+    assert fake.jobs("launch.train") == [] and len(fake.jobs("launch.sft")) == 1
+    if stopped_by == "the_harness":
+        assert rc == 130 and "stopped by a signal; not starting further runs" in stdout
+    else:
+        assert rc == 1 and "exit code 0 but not finished" in stdout
+    (record,) = glob.glob(str(out / "warm_starts" / "*" / "warm_start.json"))
+    assert not json.load(open(record))["complete"]
+    runner = FakeRunner()
+    rc, stdout, _ = run(grid, out, runner)
+    assert rc == 0 and len(runner.jobs("launch.sft")) == 1 and len(runner.jobs("launch.train")) == 4
+    assert json.load(open(record))["complete"]
 
 
 def test_a_grid_warm_start_is_shared_by_variants_that_change_env_options(tmp_path):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from jaxtree.compare.grid import ARTIFACT_REFERENCE, WARM_START_REFERENCE, Grid, GridError, \
     display_path
+from jaxtree.train.warm_start import finished_checkpoint
 
 # The overrides that change the warm start: a key ending in "." is a prefix, any other is exact.
 WARM_START_FIELDS = ("env.", "model.", "sft.", "rollout.context_length")
@@ -70,6 +71,11 @@ class WarmStart:
         return {"key": self.key, "config": display_path(self.config),
                 "overrides": jsonable(self.overrides), "command": self.argv}
 
+    def finished(self) -> bool:
+        """Whether the job's output is whole: launch.sft saves where a signal stopped it and
+        exits 0, so its exit status alone does not say."""
+        return finished_checkpoint(self.workdir) is not None
+
 
 @dataclasses.dataclass
 class Artifact(WarmStart):
@@ -78,6 +84,9 @@ class Artifact(WarmStart):
 
     WHAT: ClassVar[str] = "artifact"
     FILE: ClassVar[str] = "artifact.json"
+
+    def finished(self) -> bool:  # its jobs (launch.train_prm) exit 0 only when done
+        return True
 
 
 def plan_artifacts(grid: Grid, out: str) -> dict[str, Artifact]:

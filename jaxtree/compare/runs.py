@@ -153,6 +153,9 @@ def ensure_warm_start(ws: WarmStart, runner: Runner, say: Callable[[str], None])
     rc = runner(list(ws.argv), ws.workdir, log_path)
     if rc != 0:
         return Failure(ws.WHAT, ws.key, log_path, f"exit code {rc}", log_tail(log_path))
+    if stop_requested(runner) or not ws.finished():  # saved where it stopped: resumed next time
+        return Failure(ws.WHAT, ws.key, log_path, "exit code 0 but not finished (stopped by a "
+                       "signal?)", log_tail(log_path))
     write_json(os.path.join(ws.workdir, ws.FILE),
                {**ws.record(), "complete": True, "finished": _timestamp()})
     return None

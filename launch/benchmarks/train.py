@@ -23,6 +23,8 @@ mixed lengths, fused against micro-batches grouped by length (`jaxtree.train.upd
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
@@ -247,8 +249,7 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
     policy = load_policy(name, param_dtype="float32")
     config, params = policy.config, policy.params
     batch = shaped_batch(config, rows, shape)
-    memory = parse_memory_mode(memory_mode)
-    memory = TrainingMemory(memory.remat, memory.logits_chunk, action_only)
+    memory = dataclasses.replace(parse_memory_mode(memory_mode), action_only=action_only)
     updater = Updater(config, make_optimizer(make_schedule(1e-4)),
                       LossConfig(kl_coef=0.01 if kl else 0.0), micro, make_mesh(), params, memory,
                       lora=LoraConfig(rank=rank) if rank else None)

@@ -234,8 +234,9 @@ LORA_VARIANT = {"model.lora.rank": 16, "optim.learning_rate": 1e-5}
 # The model settings of those configs: SmolLM2-135M-Instruct, each block recomputed in the
 # backward pass and the 49,152-token vocabulary projected 256 positions at a time (the update's
 # temporaries 3.5x smaller for 1.2x the time: docs/benchmarks.md, "Training memory"), and the
-# prefix forest for batches below a unique-token fraction of 0.55 (it broke even at ~0.6 on this
-# model: trees take it, GRPO groups do not; docs/benchmarks.md, "Prefix-shared update").
+# prefix forest for batches below a unique-token fraction of 0.55 (it breaks even at ~0.8 on this
+# model and is ~1.5x faster at 0.55: trees take it, GRPO groups do not; docs/benchmarks.md,
+# "Prefix-shared update").
 SMOLLM2 = {"model.name": "smollm2-135m-instruct", "model.remat": True, "model.logits_chunk": 256,
            "train.prefix_break_even": 0.55}
 

@@ -56,8 +56,8 @@ def ancestor_classes(counts: np.ndarray, ancestor_slots: int,
     A block's attention costs its class's slots, so the classes cut the tree attention where
     depths differ: in a PATR batch of 12 SmolLM2 FrozenLake episodes (168 blocks of 32 tokens,
     up to 40 ancestors) 4 classes read 0.67 of one class's slots (2: 0.78, 8: 0.67; exact
-    slots per block would be 0.53) and one forward and backward of the blocks took 0.69x the
-    time (docs/benchmarks.md, "Prefix-shared update")."""
+    slots per block would be 0.53), and the update took 0.80x the one-class forest's time
+    (docs/benchmarks.md, "Prefix-shared update")."""
     rows, blocks = counts.shape
     quantum = round_up(max(blocks // 8, 1), 8)
     bounds = sorted({_ancestor_bucket(max(1, -(-ancestor_slots * c // most)))

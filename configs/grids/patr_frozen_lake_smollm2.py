@@ -21,10 +21,14 @@ Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree s
 patr/* metrics (scoring points, expansions, prunes) and the trajectories per lake
 (rollout/episodes over the lakes).
 
-Budget on the 2-core CPU, from one measured GRPO step of this config (docs/benchmarks.md, "A whole
-GRPO step": 16 episodes, rollout 106 s, update 342 s) and evaluations of 48 episodes (~5 min):
-10 steps x ~7.5 min + 3 evaluations x ~5 min = ~90 min a run, x 9 runs = ~13.5 h, plus the warm
-start (~15 min): ~14 h, inside the issue's 15 hours. Full fine-tuning at the config's learning
+Budget on the 2-core CPU: a whole GRPO step of this config's `:lora` variant took 448 s on two
+cores (docs/benchmarks.md, "A whole GRPO step with LoRA": rollout 106 s, update 342 s; full
+fine-tuning's update is within a few percent), so ~90 minutes a run with three evaluations of 48
+episodes. Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 479-658
+s (rollout 144-189 s, update 333-483 s) and ~20 minutes an evaluation, so ~2.7 hours a run and
+~24 lane-hours for the 9 runs: ~12 hours in two lanes, inside the issue's 15 hours only if two
+lanes fit in memory (a full fine-tuning process peaked at 14.5 GB here, and one was killed by
+the OOM killer beside another lane's 7 GB warm start). Full fine-tuning at the config's learning
 rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too little for any
 variant to differ, which the results would show as overlapping intervals; a longer run is the
 next step, not a larger learning rate for one side.

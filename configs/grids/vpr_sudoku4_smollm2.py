@@ -29,9 +29,10 @@ held-out puzzles x 2 samples at steps 0, 4 and 8, and the training rollouts' SR.
 Budget on the 2-core CPU, each run in a lane pinned to one core: an episode is ~1,130 tokens (8
 turns), so a step's update covers ~18,000 tokens like the FrozenLake chat grid's (~6 turns of
 ~150 tokens; configs/grids/patr_frozen_lake_smollm2.py: 448 s a step on two cores, ~15 minutes
-on one), less its reference forward; an evaluation plays 24 episodes, ~6 minutes on one core.
-8 steps x ~13 + 3 x 6 = ~2.2 hours a run, x 6 runs = ~13 lane-hours, ~6.5 hours in two lanes,
-plus the warm start (~30 minutes): inside the issue's 15 hours.
+on one), less its reference forward; an evaluation plays 24 episodes, ~10 minutes on one core
+(the FrozenLake grid's lanes: ~25 s an evaluation episode). 8 steps x ~13 + 3 x 10 = ~2.2 hours
+a run, x 6 runs = ~13.5 lane-hours, ~7 hours in two lanes, plus the warm start (~30 minutes):
+inside the issue's 15 hours where two lanes fit in memory (see the FrozenLake grid's docstring).
 """
 
 

@@ -19,7 +19,11 @@
 # start builds on every CPU, then its lane is pinned: two lanes' update steps on two cores ran
 # 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
 # lanes are looked at, default 5 seconds);
-# XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU.
+# XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU;
+# MALLOC_ARENA_MAX to 2: glibc's per-thread malloc arenas let a lane's resident memory grow far
+# beyond what it uses (a SmolLM2 full fine-tuning lane reached 13.9-14.5 GB by its fifth step and
+# was killed by the OOM killer beside a second lane; the same run's next steps with 2 arenas
+# peaked at 10.4 GB, so two such lanes fit in 24 GB).
 set -uo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -33,6 +37,7 @@ PYTHON=${PYTHON:-python}
 POLL_S=${POLL_S:-5}
 PIN=${PIN:-0}
 export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
+export MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2}
 START=$(date +%s)
 mkdir -p "$OUT/lanes" "$OUT/runs" "$OUT/warm_starts" "$OUT/artifacts" || exit 2
 

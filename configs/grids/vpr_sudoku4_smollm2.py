@@ -32,7 +32,7 @@ turns), so a step's update covers ~18,000 tokens like the FrozenLake chat grid's
 on one), less its reference forward; an evaluation plays 24 episodes, ~10 minutes on one core
 (the FrozenLake grid's lanes: ~25 s an evaluation episode). 8 steps x ~13 + 3 x 10 = ~2.2 hours
 a run, x 6 runs = ~13.5 lane-hours, ~7 hours in two lanes, plus the warm start (~30 minutes):
-inside the issue's 15 hours where two lanes fit in memory (see the FrozenLake grid's docstring).
+inside the issue's 15 hours (two SmolLM2 lanes fit in memory: the FrozenLake grid's docstring).
 """
 
 

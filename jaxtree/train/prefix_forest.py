@@ -198,19 +198,17 @@ def _order_into_classes(out: PackedForest, classes: Sequence[tuple[int, int]], b
     if sum(n for n, _ in classes) != blocks:
         raise ValueError(f"ancestor classes {tuple(classes)} do not hold {blocks} blocks")
     counts = (full >= 0).sum(-1)                                              # [R, NB]
+    sizes = [n for n, _ in classes]
     perm = np.empty((rows, blocks), np.int64)
     for row in range(rows):
-        # blocks by ancestor count, most first, into the last (widest) class first
+        # blocks by ancestor count, most first, cut into the classes widest first; each class
+        # keeps its blocks in row order
         by_count = np.argsort(-counts[row], kind="stable")
-        end, chosen = blocks, []
-        for n, class_slots in reversed(classes):
-            members = np.sort(by_count[blocks - end:blocks - end + n])
-            if counts[row, members].max(initial=0) > class_slots:
-                raise ValueError(f"a block has {counts[row, members].max()} ancestors, more "
-                                 f"than its class's {class_slots} slots")
-            chosen.insert(0, members)
-            end -= n
-        perm[row] = np.concatenate(chosen)
+        widest_first = np.split(by_count, np.cumsum(sizes[::-1])[:-1])
+        perm[row] = np.concatenate([np.sort(c) for c in reversed(widest_first)])
+    class_slots = np.repeat([a for _, a in classes], sizes)                  # [NB]
+    if (np.take_along_axis(counts, perm, axis=1) > class_slots).any():
+        raise ValueError(f"a block has more ancestors than its class's slots {tuple(classes)}")
     inverse = np.empty_like(perm)
     np.put_along_axis(inverse, perm, np.arange(blocks)[None, :], axis=1)
 
@@ -219,15 +217,15 @@ def _order_into_classes(out: PackedForest, classes: Sequence[tuple[int, int]], b
         return inverse[r, flat // block] * block + flat % block
 
     take = lambda x: np.take_along_axis(x, perm[:, :, None], axis=1)  # noqa: E731
-    ancestors, start = [], 0
-    for n, class_slots in classes:
-        a = take(full)[:, start:start + n, :class_slots]
-        r = np.arange(rows)[:, None, None]
-        ancestors.append(np.where(a >= 0, inverse[r, np.maximum(a, 0)], -1).astype(np.int32))
-        start += n
+    placed = take(full)
+    placed = np.where(placed >= 0, inverse[np.arange(rows)[:, None, None], np.maximum(placed, 0)],
+                      -1).astype(np.int32)
+    bounds = np.cumsum([0] + sizes)
+    ancestors = tuple(placed[:, start:end, :a]
+                      for start, end, (_, a) in zip(bounds[:-1], bounds[1:], classes))
     predictor = take(out.predictor)
     predictor = np.where(predictor >= 0, moved(np.maximum(predictor, 0)), -1).astype(np.int32)
-    return PackedForest(take(out.tokens), take(out.positions), take(out.valid), tuple(ancestors),
+    return PackedForest(take(out.tokens), take(out.positions), take(out.valid), ancestors,
                         predictor, out.slots, moved(out.token_index).astype(np.int32))
 
 

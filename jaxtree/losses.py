@@ -51,9 +51,9 @@ import numpy as np
 
 from jaxtree.config import Section, between, non_negative, one_of, option
 from jaxtree.models.config import ModelConfig
-from jaxtree.utils import power_of_two_at_least
 from jaxtree.models.token_scores import (TrainingMemory, token_entropy,  # noqa: F401 (re-exported)
                                          token_logprobs, token_scores, tree_token_scores)
+from jaxtree.utils import power_of_two_at_least
 
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum")
 

@@ -242,6 +242,12 @@ def test_ctrl_c_in_the_warm_start_and_sigterm_in_the_rl_loop_save_and_resume_exa
     step = checkpoints.TrainCheckpointer(str(workdir)).latest_step()
     assert step is not None and 1 <= step < 1000
     assert checkpoints.load_policy_checkpoint(str(workdir))[3]["job"] == "train"
+    # the step-0 evaluation of the warm start is kept beside it for runs that share it
+    (record,) = os.listdir(sft_dir / "initial_evals")
+    with open(sft_dir / "initial_evals" / record) as f:
+        kept = json.load(f)["metrics"]
+    assert {f"eval/{k}": v for k, v in kept.items()} == {
+        k: v for k, v in read_jsonl(str(metrics))[0].items() if k.startswith("eval/")}
 
     resumed = finished_checkpoint(str(sft_dir))
     assert resumed.endswith(os.path.join("checkpoints", str(SFT_STEPS)))

@@ -325,3 +325,59 @@ def _tensorboard_scalar_tags(directory) -> set:
             tags.update(value.tag for value in event.summary.value)
             offset += 12 + length + 4
     return tags
+
+
+def test_the_initial_evaluation_is_shared_by_runs_from_the_same_parameters(tmp_path):
+    """Step 0 reads an earlier run's evaluation of the same parameters with the same settings
+    (its metrics and transcripts) instead of evaluating again; other parameters, another
+    evaluation setting or an unreadable record evaluate anew."""
+    from jaxtree.evaluation import EvalResult, Transcript
+    from jaxtree.models import get_preset
+    from jaxtree.train.shared_eval import SharedEvaluations
+
+    class CountingEvaluator:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, params):
+            self.calls += 1
+            value = float(np.asarray(params["w"]).sum()) + self.calls  # a new result each call
+            return EvalResult({"success_rate": value}, [Transcript(
+                3, 0, True, 1.0, 2, "done", "prompt", [{"action": "a", "reply": None}])])
+
+    shared = SharedEvaluations(str(tmp_path / "sft" / "initial_evals"))
+
+    def run(workdir, params, **overrides):
+        trainer = _bare_trainer(None, **overrides)
+        trainer.pipeline.evaluator = evaluator
+        trainer.policy.config = get_preset("tiny")
+        trainer.workdir, trainer.shared_evaluations = str(tmp_path / workdir), shared
+        return trainer.initial_evaluation({"w": params})
+
+    evaluator = CountingEvaluator()
+    params = np.arange(6, dtype=np.float32)
+    first = run("a", params)
+    assert evaluator.calls == 1 and first == {"eval/success_rate": 16.0}
+    # another run (another training seed, another strategy) from the same parameters reads it
+    assert run("b", params.copy(), train__seed=5, loss__kl_coef=0.5) == first
+    assert evaluator.calls == 1
+    assert (tmp_path / "b" / "transcripts" / "step_0.txt").read_text() == \
+        (tmp_path / "a" / "transcripts" / "step_0.txt").read_text()
+    # what the evaluation reads differs: evaluated again
+    moved = params.copy()
+    moved[0] = np.nextafter(moved[0], 1)
+    assert run("c", moved) != first and evaluator.calls == 2
+    assert run("d", params, eval__seed=1) != first and evaluator.calls == 3
+    assert run("e", params, rollout__max_action_tokens=5) != first and evaluator.calls == 4
+    records = sorted(os.listdir(shared.directory))
+    assert len(records) == 4 and all(name.endswith(".json") for name in records)
+    # a torn record is evaluated and written again
+    path = os.path.join(shared.directory, records[0])
+    with open(path, "r+") as f:
+        f.truncate(10)
+    reruns = [run(name, p, **o) for name, p, o in [("f", params, {}), ("g", moved, {}),
+                                                   ("h", params, {"eval__seed": 1}),
+                                                   ("i", params,
+                                                    {"rollout__max_action_tokens": 5})]]
+    assert evaluator.calls == 5 and len(os.listdir(shared.directory)) == 4
+    assert sum(result["eval/success_rate"] == 20.0 for result in reruns) == 1

@@ -27,6 +27,7 @@ from jaxtree.policy import Policy, save_tokenizer_for
 from jaxtree.rollout.conversation import check_prompts_fit
 from jaxtree.scorers.prm_training import LOG_FILE, METRICS_FILE, PRM_DIR, PrmTrainConfig, fit_prm
 from jaxtree.tasks import eval_seeds
+from jaxtree.train import shared_eval
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.stop import StopRequest
 from jaxtree.train.pipeline import build_pipeline, check_experiment
@@ -36,7 +37,8 @@ from jaxtree.train.warm_start import finished_checkpoint, warm_start
 from jaxtree.utils import report
 
 # What each job writes into its workdir (all of it removed by `overwrite`, nothing else).
-SFT_OUTPUTS = ("checkpoints", "sft_metrics.jsonl", workdir_lib.CONFIG_FILE)
+SFT_OUTPUTS = ("checkpoints", "sft_metrics.jsonl", shared_eval.DIRECTORY,
+               workdir_lib.CONFIG_FILE)
 # The outputs that show a job has started its work: until one exists, a job that fails leaves no
 # config record (a config that fails at its first use must not refuse the corrected command).
 SFT_WORK = ("checkpoints", "sft_metrics.jsonl")
@@ -214,8 +216,11 @@ def train_job(config, workdir: str, stop_after: int | None = None,
                     "tokenizer": distributed.on_first(lambda: save_tokenizer_for(policy, workdir)),
                     "source": policy.source,
                     "config": config.to_dict()}
-        result = Trainer(exp, build_pipeline(exp, policy), workdir, policy,
-                         metadata).run(stop_after, stop)
+        # runs from one warm start (a grid's, linked as their `sft`) evaluate it once
+        shared = (shared_eval.SharedEvaluations(os.path.join(workdir, "sft", shared_eval.DIRECTORY))
+                  if exp.train.init == "sft" else None)
+        result = Trainer(exp, build_pipeline(exp, policy), workdir, policy, metadata,
+                         shared).run(stop_after, stop)
         result["seconds"] = time.perf_counter() - start
         workdir_lib.check_unchanged(workdir)  # the last save may have recreated a deleted one
         write_summary(workdir, result)

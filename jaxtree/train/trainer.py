@@ -21,6 +21,10 @@ step:
   5. metrics to JSONL / TensorBoard; held-out evaluation every `eval.every` steps; a checkpoint
      every `checkpoint.every` steps, at the end, and when SIGTERM arrives.
 
+The step-0 evaluation of the starting parameters is read from `shared_evaluations` when another
+run already evaluated the same parameters with the same settings (`jaxtree.train.shared_eval`:
+the runs of a grid that share a warm start).
+
 Everything random is derived from the step number (rollout keys `fold_in(key, step)`, minibatch
 shuffles from (seed, step)) or checkpointed (the task sampler), so a resumed run reproduces the
 uninterrupted one exactly.
@@ -54,6 +58,7 @@ from jaxtree.rollout.trajectory import TrajectoryBatch, concatenate
 from jaxtree.tasks import TaskSampler
 from jaxtree.train.metrics import MetricsWriter
 from jaxtree.train.pipeline import Pipeline
+from jaxtree.train.shared_eval import SharedEvaluations
 from jaxtree.train.shares import sample_round
 from jaxtree.train.stop import StopRequest
 from jaxtree.train.batch_update import BatchUpdate, SavedBatch, batch_path, logprob_gaps, \
@@ -96,8 +101,10 @@ class Trainer:
     starting point and, frozen, the KL reference), writing into `workdir`."""
 
     def __init__(self, exp: Experiment, pipeline: Pipeline, workdir: str, policy: Policy,
-                 metadata: dict[str, Any]):
+                 metadata: dict[str, Any], shared_evaluations: SharedEvaluations | None = None):
         self.exp = exp
+        # where the step-0 evaluation of the starting parameters may be another run's
+        self.shared_evaluations = shared_evaluations
         self.pipeline = pipeline
         self.workdir = workdir
         self.policy = policy
@@ -210,12 +217,38 @@ class Trainer:
     def evaluate(self, params, step: int) -> dict[str, float]:
         """Held-out success and the evaluation metrics (config section `eval`); the evaluation's
         transcripts go to <workdir>/transcripts/step_<step>.{jsonl,txt}."""
-        result = self.pipeline.evaluator(self._local(params))
+        return self._record_evaluation(self.pipeline.evaluator(self._local(params)), step)
+
+    def _record_evaluation(self, result: evaluation.EvalResult, step: int) -> dict[str, float]:
         # Every process holds every evaluated episode (each played a share); one writes them.
         if result.transcripts and distributed.is_first():
             evaluation.write_transcripts(f"{self.workdir}/transcripts", f"step_{step}",
                                          result.transcripts)
         return {f"eval/{key}": value for key, value in result.metrics.items()}
+
+    def evaluation_settings(self) -> dict[str, Any]:
+        """Everything besides the parameters that the held-out evaluation reads."""
+        return {"model": self.policy.config.to_dict(), "env": self.exp.env.to_dict(),
+                "engine": self.exp.rollout.engine().to_dict(), "eval": self.exp.eval.to_dict()}
+
+    def initial_evaluation(self, params) -> dict[str, float]:
+        """`evaluate(params, 0)`, read from `shared_evaluations` when a run starting from the
+        same parameters with the same settings already evaluated them (one process only: the
+        record is written by the process that evaluated)."""
+        shared = self.shared_evaluations
+        if shared is None or distributed.is_multiprocess():
+            return self.evaluate(params, 0)
+        params = self._local(params)
+        settings = self.evaluation_settings()
+        key = shared.key(params, settings)
+        result = shared.load(key)
+        if result is None:
+            result = self.pipeline.evaluator(params)
+            shared.save(key, result, settings)
+        else:
+            report(f"step 0: evaluation read from {shared.path(key)} (these parameters, "
+                   "evaluated with these settings by an earlier run)")
+        return self._record_evaluation(result, 0)
 
     # ------------------------------------------------------------------ the loop
 
@@ -257,7 +290,7 @@ class Trainer:
         final_eval, preempted, step, skipped_run = None, False, start_step, 0
         try:
             if start_step == 0:
-                initial_eval = self.evaluate(state.params, 0)
+                initial_eval = self.initial_evaluation(state.params)
                 writer.write(0, initial_eval)
             bar = tqdm(range(start_step + 1, t.steps + 1), desc="train", unit="step",
                        initial=start_step, total=t.steps)

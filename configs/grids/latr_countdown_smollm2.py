@@ -27,14 +27,15 @@ step the rollouts' pass@1 (the learning curve the acceleration measure reads: th
 which a variant reaches independent sampling's final value), distinct final answers per group,
 response length (tokens per answer) and the policy's entropy (nats per action token).
 
-Budget on the 2-core CPU, each run in a lane pinned to one core: a step is ~16 rollouts of
-~250 tokens (the sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an
-update and reference pass over 16 rows of ~400 tokens (~6,400 tokens, the mini-SWE benchmark
-shape's size: 107 s on two cores, ~3.5 min on one), ~4.5 minutes; an evaluation samples 128
-rollouts, ~8 minutes on one core. 10 steps x 4.5 + 3 x 8 = ~70 minutes a run, x 9 runs = ~10.5
-lane-hours, ~5.5 hours in two lanes, plus the warm start (33 minutes on two cores): inside the
-issue's 15 hours. The learning rate is the config's 1e-6 (the papers' for 0.5B-7B models): ten
-steps may move a 135M model too little for any variant to differ, which the intervals would show.
+Budget on the 2-core CPU, each run in a lane pinned to one core: a step is ~16 rollouts of ~250
+tokens (the sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an update and
+reference pass over 16 rows of ~400 tokens (~6,400 tokens, the mini-SWE benchmark shape's size: 107
+s on two cores, ~3.5 min on one), ~4.5 minutes; an evaluation samples 128 rollouts, ~8 minutes on
+one core. 10 steps x 4.5 + 3 x 8 = ~70 minutes a run (~62 after the first: the runs share the warm
+start's step-0 evaluation), ~9.5 lane-hours, ~5 hours in two lanes, plus the warm start (33 minutes
+on two cores): inside the issue's 15 hours. The learning rate is the config's 1e-6 (the papers' for
+0.5B-7B models): ten steps may move a 135M model too little for any variant to differ, which the
+intervals would show.
 """
 
 HYBRID_ETA = 0.5

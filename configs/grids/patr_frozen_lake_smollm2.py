@@ -21,17 +21,19 @@ Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree s
 patr/* metrics (scoring points, expansions, prunes) and the trajectories per lake
 (rollout/episodes over the lakes).
 
-Budget on the 2-core CPU: a whole GRPO step of this config's `:lora` variant took 448 s on two
-cores (docs/benchmarks.md, "A whole GRPO step with LoRA": rollout 106 s, update 342 s; full
-fine-tuning's update is within a few percent), so ~90 minutes a run with three evaluations of 48
-episodes. Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 479-658
-s (rollout 144-189 s, update 333-483 s) and ~20 minutes an evaluation, so ~2.7 hours a run and
-~24 lane-hours for the 9 runs: ~12 hours in two lanes, inside the issue's 15 hours because two
-lanes fit in memory with glibc's malloc arenas capped (launch/grid_lanes.sh sets
-MALLOC_ARENA_MAX=2: a lane then peaked at 10.4 GB, against 14.5 GB and an OOM kill without). Full fine-tuning at the config's learning
-rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too little for any
-variant to differ, which the results would show as overlapping intervals; a longer run is the
-next step, not a larger learning rate for one side.
+Budget on the 2-core CPU: a whole GRPO step of this config's `:lora` variant took 448 s on two cores
+(docs/benchmarks.md, "A whole GRPO step with LoRA": rollout 106 s, update 342 s; full fine-tuning's
+update is within a few percent), so ~90 minutes a run with three evaluations of 48 episodes.
+Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 479-735 s (rollout
+144-221 s, update 333-514 s) and ~20 minutes an evaluation, so ~2.7 hours a run with its own step-0
+evaluation and ~2.4 hours without: the runs share the warm start's (evaluated by the first run to
+reach it, jaxtree.train.shared_eval), ~22 lane-hours for the 9 runs: ~11 hours in two lanes, inside
+the issue's 15 hours because two lanes fit in memory with glibc's malloc arenas capped
+(launch/grid_lanes.sh sets MALLOC_ARENA_MAX=2: a lane then peaked at 10.4 GB, against 14.5 GB and an
+OOM kill without). Full fine-tuning at the config's learning rate (1e-6, the papers' for 0.5B-7B
+models): ten steps may move a 135M model too little for any variant to differ, which the results
+would show as overlapping intervals; a longer run is the next step, not a larger learning rate for
+one side.
 """
 
 TREE = {"rollout.strategy": "patr", "rollout.patr.initial_branches": 4,

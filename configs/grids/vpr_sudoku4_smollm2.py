@@ -31,8 +31,9 @@ turns), so a step's update covers ~18,000 tokens like the FrozenLake chat grid's
 ~150 tokens; configs/grids/patr_frozen_lake_smollm2.py: 448 s a step on two cores, ~15 minutes
 on one), less its reference forward; an evaluation plays 24 episodes, ~10 minutes on one core
 (the FrozenLake grid's lanes: ~25 s an evaluation episode). 8 steps x ~13 + 3 x 10 = ~2.2 hours
-a run, x 6 runs = ~13.5 lane-hours, ~7 hours in two lanes, plus the warm start (~30 minutes):
-inside the issue's 15 hours (two SmolLM2 lanes fit in memory: the FrozenLake grid's docstring).
+a run (~2 after the first: the runs share the warm start's step-0 evaluation), ~12.5
+lane-hours, ~6.5 hours in two lanes, plus the warm start (~30 minutes): inside the issue's 15
+hours (two SmolLM2 lanes fit in memory: the FrozenLake grid's docstring).
 """
 
 

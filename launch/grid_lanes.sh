@@ -9,8 +9,9 @@
 # OUT/lanes/<variant>_seed<s> whose runs/, warm_starts/ and artifacts/ link to OUT's: every run lands in
 # OUT/runs/<variant>/seed_<s> as the serial command puts it, and the serial command resumes or
 # aggregates the same OUT. The first lane builds the grid's warm start; the others start once it
-# is complete. Grids whose runs share one warm start only, with their artifacts (a trained PRM)
-# already built (refused otherwise: launch.compare builds them).
+# is complete. Runs start seed by seed (every variant of a seed, then the next seed). Grids whose
+# runs share one warm start only, with their artifacts (a trained PRM) already built (refused
+# otherwise: launch.compare builds them).
 # DEADLINE_S (seconds from the start, 0 = none): the lanes then get SIGTERM, which launch.train
 # answers by saving a checkpoint; running the same command again resumes them.
 #
@@ -54,9 +55,11 @@ if grep -q '^# artifact .*: to build' <<<"$PLAN"; then
   echo "grid_lanes.sh: $GRID needs artifacts that are not built; build them with launch.compare" >&2
   exit 2
 fi
-# "# variant=NAME seed=S: STATE" for every run; the finished ones are skipped.
+# "# variant=NAME seed=S: STATE" for every run; the finished ones are skipped. Seed by seed (the
+# grid's variant order within a seed): a grid stopped part-way holds every variant of its first
+# seeds, a paired comparison, rather than every seed of its first variants.
 mapfile -t PENDING < <(sed -n '/: finished/!s/^# variant=\([^ ]*\) seed=\([0-9]*\): .*/\1 \2/p' \
-                       <<<"$PLAN")
+                       <<<"$PLAN" | sort -s -n -k2,2)
 echo "grid_lanes.sh: ${#PENDING[@]} runs to go"
 
 cpu_list() {  # the CPUs this script may run on, one per line ("0-3,6" -> 0 1 2 3 6)

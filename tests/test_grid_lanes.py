@@ -126,6 +126,15 @@ def test_lanes_run_at_once_up_to_the_limit(tmp_path):
                      ("start", "2"), ("done", "2")]
 
 
+def test_runs_are_taken_seed_by_seed_in_the_grids_variant_order(tmp_path):
+    """A grid stopped part-way holds every variant of its first seeds (a paired comparison)."""
+    runs = [["z", "0"], ["z", "1"], ["z", "10"], ["a", "0"], ["a", "1"], ["a", "10"]]
+    done, events, _ = run_lanes(tmp_path, {"warm_starts": [], "runs": runs}, lanes=1)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(e["variant"], e["seed"]) for e in events if e["kind"] == "start"] == [
+        ("z", "0"), ("a", "0"), ("z", "1"), ("a", "1"), ("z", "10"), ("a", "10")]
+
+
 def test_pinned_lanes_each_get_a_cpu_no_running_lane_holds(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))
     runs = [["nap", str(s)] for s in range(len(cpus) + 1)]

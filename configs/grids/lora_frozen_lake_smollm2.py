@@ -15,7 +15,9 @@ fine-tuning one across model sizes (Schulman et al., "LoRA Without Regret", 2025
 short, rank, learning rate and targets are the levers to measure, in that order. Both variants
 share the warm start (`warm_start: {}`), so the comparison is of the RL update alone. Hours on
 the 2-core CPU (6 runs of 30 steps of a 135M model): run it on an accelerator, or with
-launch/grid_lanes.sh.
+launch/grid_lanes.sh. On the CPU the same check runs at a third of the steps as the
+`grpo_lora_r16` variant of configs/grids/patr_frozen_lake_smollm2.py (10 steps of 2 lakes x 8,
+beside its full-fine-tuning `grpo` runs).
 """
 
 

@@ -21,14 +21,20 @@ Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree s
 patr/* metrics (scoring points, expansions, prunes) and the trajectories per lake
 (rollout/episodes over the lakes).
 
+A fourth variant, `grpo_lora_r16`, is GRPO on rank-16 adapters (every projection) over the same
+warm start at LoRA's learning rate (1e-5, 10x the full model's: configs/grids/
+lora_frozen_lake_smollm2.py says why): the LoRA-vs-full-fine-tuning quality check at this grid's
+budget, its full-fine-tuning side being the `grpo` runs. Its adapters start at zero, so its step-0
+evaluation is the warm start's, shared with the other runs.
+
 Budget on the 2-core CPU: a whole GRPO step of this config's `:lora` variant took 448 s on two cores
 (docs/benchmarks.md, "A whole GRPO step with LoRA": rollout 106 s, update 342 s; full fine-tuning's
 update is within a few percent), so ~90 minutes a run with three evaluations of 48 episodes.
 Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 479-735 s (rollout
 144-221 s, update 333-514 s) and ~20 minutes an evaluation, so ~2.7 hours a run with its own step-0
 evaluation and ~2.4 hours without: the runs share the warm start's (evaluated by the first run to
-reach it, jaxtree.train.shared_eval), ~22 lane-hours for the 9 runs: ~11 hours in two lanes, inside
-the issue's 15 hours because two lanes fit in memory with glibc's malloc arenas capped
+reach it, jaxtree.train.shared_eval), ~29 lane-hours for the 12 runs: ~14.5 hours in two lanes,
+inside the issue's 15 hours because two lanes fit in memory with glibc's malloc arenas capped
 (launch/grid_lanes.sh sets MALLOC_ARENA_MAX=2: a lane then peaked at 10.4 GB, against 14.5 GB and an
 OOM kill without). Full fine-tuning at the config's learning rate (1e-6, the papers' for 0.5B-7B
 models): ten steps may move a 135M model too little for any variant to differ, which the results
@@ -36,6 +42,7 @@ would show as overlapping intervals; a longer run is the next step, not a larger
 one side.
 """
 
+LORA = {"model.lora.rank": 16, "optim.learning_rate": 1e-5}
 TREE = {"rollout.strategy": "patr", "rollout.patr.initial_branches": 4,
         "rollout.patr.max_branches": 8, "rollout.patr.interval": 2}
 
@@ -52,6 +59,9 @@ def get_grid():
             "grpo": {},
             "tree_random": {**TREE, "rollout.patr.selection": "random"},
             "patr": dict(TREE),
+            # issue 45's quality check at this grid's budget: GRPO on rank-16 adapters over the
+            # same warm start, at LoRA's learning rate (configs/grids/lora_frozen_lake_smollm2.py)
+            "grpo_lora_r16": dict(LORA),
         },
         "warm_start": {},
         "seeds": (0, 1, 2),

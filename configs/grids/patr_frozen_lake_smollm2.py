@@ -31,15 +31,15 @@ Budget on the 2-core CPU: a whole GRPO step of this config's `:lora` variant too
 (docs/benchmarks.md, "A whole GRPO step with LoRA": rollout 106 s, update 342 s; full fine-tuning's
 update is within a few percent), so ~90 minutes a run with three evaluations of 48 episodes.
 Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 479-735 s (rollout
-144-221 s, update 333-514 s) and ~20 minutes an evaluation, so ~2.7 hours a run with its own step-0
-evaluation and ~2.4 hours without: the runs share the warm start's (evaluated by the first run to
-reach it, jaxtree.train.shared_eval), ~29 lane-hours for the 12 runs: ~14.5 hours in two lanes,
-inside the issue's 15 hours because two lanes fit in memory with glibc's malloc arenas capped
-(launch/grid_lanes.sh sets MALLOC_ARENA_MAX=2: a lane then peaked at 10.4 GB, against 14.5 GB and an
-OOM kill without). Full fine-tuning at the config's learning rate (1e-6, the papers' for 0.5B-7B
-models): ten steps may move a 135M model too little for any variant to differ, which the results
-would show as overlapping intervals; a longer run is the next step, not a larger learning rate for
-one side.
+144-221 s, update 333-514 s), ~9 minutes an evaluation and ~20 for a process's first (the evaluation
+engine compiles), so ~2.4 hours a run with its own step-0 evaluation and ~2.2 without: the runs
+share the warm start's (evaluated by the first run to reach it, jaxtree.train.shared_eval), ~27
+lane-hours for the 12 runs: ~13.5 hours in two lanes, inside the issue's 15 hours because two lanes
+fit in memory with glibc's malloc arenas capped (launch/grid_lanes.sh sets MALLOC_ARENA_MAX=2: a
+lane then peaked at 10.4 GB, against 14.5 GB and an OOM kill without). Full fine-tuning at the
+config's learning rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too
+little for any variant to differ, which the results would show as overlapping intervals; a longer
+run is the next step, not a larger learning rate for one side.
 """
 
 LORA = {"model.lora.rank": 16, "optim.learning_rate": 1e-5}

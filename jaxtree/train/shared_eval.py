@@ -3,8 +3,9 @@
 Every run of a comparison grid (`jaxtree.compare`) starts from the grid's one warm start and
 evaluates it at step 0 with the same held-out tasks, sampling seed and settings (`eval.seed` is
 not the run's `train.seed`: common random numbers), so each of those evaluations is the same
-computation. On a pretrained model one costs as much as a training step (48 SmolLM2 episodes of
-FrozenLake: ~20 minutes on one CPU core), nine times per grid.
+computation. On a pretrained model one costs about a training step (48 SmolLM2 episodes of
+FrozenLake: ~9 minutes on one CPU core, ~20 when it is the process's first and compiles), once per
+run of the grid.
 
 `SharedEvaluations(directory)` keeps an evaluation's result (metrics and transcripts) as
 `<directory>/<key>.json`, where the key is a SHA-256 of the parameters' content (every leaf's

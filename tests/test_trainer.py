@@ -342,7 +342,7 @@ def test_the_initial_evaluation_is_shared_by_runs_from_the_same_parameters(tmp_p
         def __call__(self, params):
             self.calls += 1
             value = float(np.asarray(params["w"]).sum()) + self.calls  # a new result each call
-            return EvalResult({"success_rate": value}, [Transcript(
+            return EvalResult({"success_rate": value, "episodes": 7}, [Transcript(
                 3, 0, True, 1.0, 2, "done", "prompt", [{"action": "a", "reply": None}])])
 
     shared = SharedEvaluations(str(tmp_path / "sft" / "initial_evals"))
@@ -357,9 +357,11 @@ def test_the_initial_evaluation_is_shared_by_runs_from_the_same_parameters(tmp_p
     evaluator = CountingEvaluator()
     params = np.arange(6, dtype=np.float32)
     first = run("a", params)
-    assert evaluator.calls == 1 and first == {"eval/success_rate": 16.0}
+    assert evaluator.calls == 1 and first == {"eval/success_rate": 16.0, "eval/episodes": 7}
+    assert isinstance(first["eval/episodes"], int)
     # another run (another training seed, another strategy) from the same parameters reads it
-    assert run("b", params.copy(), train__seed=5, loss__kl_coef=0.5) == first
+    again = run("b", params.copy(), train__seed=5, loss__kl_coef=0.5)
+    assert again == first and isinstance(again["eval/episodes"], int)
     assert evaluator.calls == 1
     assert (tmp_path / "b" / "transcripts" / "step_0.txt").read_text() == \
         (tmp_path / "a" / "transcripts" / "step_0.txt").read_text()

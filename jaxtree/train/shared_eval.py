@@ -66,10 +66,13 @@ class SharedEvaluations:
         try:
             with open(self.path(key)) as f:
                 record = json.load(f)
-            return EvalResult({k: float(v) for k, v in record["metrics"].items()},
-                              [Transcript(**t) for t in record["transcripts"]])
+            metrics = dict(record["metrics"])
+            transcripts = [Transcript(**t) for t in record["transcripts"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        if not all(isinstance(v, (int, float)) for v in metrics.values()):
+            return None
+        return EvalResult(metrics, transcripts)  # as evaluated: 48 episodes stay an int
 
     def save(self, key: str, result: EvalResult, settings: Mapping[str, Any]) -> str:
         """Writes the record whole (a temporary file per process, then renamed: runs that

@@ -383,3 +383,20 @@ def test_the_initial_evaluation_is_shared_by_runs_from_the_same_parameters(tmp_p
                                                     {"rollout__max_action_tokens": 5})]]
     assert evaluator.calls == 5 and len(os.listdir(shared.directory)) == 4
     assert sum(result["eval/success_rate"] == 20.0 for result in reruns) == 1
+
+
+def test_an_initial_evaluation_that_cannot_be_kept_still_counts(tmp_path, capsys):
+    """A warm start the run cannot write to (read-only, shared from elsewhere): the run's own
+    evaluation is its step-0 result, and the reason it was not kept is reported."""
+    from jaxtree.evaluation import EvalResult
+    from jaxtree.models import get_preset
+    from jaxtree.train.shared_eval import SharedEvaluations
+    blocker = tmp_path / "sft"
+    blocker.write_text("a file where the warm start's directory would be")
+    trainer = _bare_trainer(None)
+    trainer.pipeline.evaluator = lambda params: EvalResult({"success_rate": 0.5}, [])
+    trainer.policy.config = get_preset("tiny")
+    trainer.workdir = str(tmp_path / "run")
+    trainer.shared_evaluations = SharedEvaluations(str(blocker / "initial_evals"))
+    assert trainer.initial_evaluation({"w": np.zeros(2, np.float32)}) == {"eval/success_rate": 0.5}
+    assert "could not keep the evaluation for later runs" in capsys.readouterr().err

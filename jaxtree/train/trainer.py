@@ -244,7 +244,10 @@ class Trainer:
         result = shared.load(key)
         if result is None:
             result = self.pipeline.evaluator(params)
-            shared.save(key, result, settings)
+            try:
+                shared.save(key, result, settings)
+            except OSError as e:  # a read-only warm start: the run goes on, later ones evaluate
+                report(f"step 0: could not keep the evaluation for later runs ({e})")
         else:
             report(f"step 0: evaluation read from {shared.path(key)} (these parameters, "
                    "evaluated with these settings by an earlier run)")

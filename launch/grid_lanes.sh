@@ -21,10 +21,13 @@
 # 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
 # lanes are looked at, default 5 seconds);
 # XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU;
-# MALLOC_ARENA_MAX to 2: glibc's per-thread malloc arenas let a lane's resident memory grow far
-# beyond what it uses (a SmolLM2 full fine-tuning lane reached 13.9-14.5 GB by its fifth step and
-# was killed by the OOM killer beside a second lane; the same run's next steps with 2 arenas
-# peaked at 10.4 GB, so two such lanes fit in 24 GB).
+# MALLOC_ARENA_MAX to 2: glibc's per-thread malloc arenas let a lane's resident memory grow
+# beyond what it uses (a SmolLM2 full fine-tuning lane reached 13.9-14.5 GB by its fifth step
+# without the cap). Even so, two SmolLM2 lanes did not fit in 24 GB: with the cap, a FrozenLake
+# chat lane reached 13.8 GB over ten steps and its evaluations, and a Countdown lane beside it was
+# killed by the OOM killer at 12.1 GB. Size LANES by memory as well as by CPUs.
+#
+# The script is read by bash as it runs: do not edit it while a run of it is going.
 set -uo pipefail
 
 if [[ $# -lt 2 ]]; then

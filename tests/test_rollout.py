@@ -121,6 +121,18 @@ def test_action_mask_covers_exactly_the_generated_tokens(batch_and_engine):
     assert engine.stats.generated_tokens == batch.action_mask.sum()
 
 
+def test_a_finished_session_holds_no_cache_and_the_next_begins_afresh(tiny, batch_and_engine):
+    """After the last episode is collected the engine keeps no KV cache or parameters on
+    device; the next session allocates its own and plays the same episodes from the same key."""
+    config, params = tiny
+    batch, engine = batch_and_engine
+    assert engine.state is None and engine.params is None
+    again = sample_independent(engine, params, jax.random.key(0), task_ids=[0, 1, 2, 3],
+                               group_size=3)
+    assert engine.state is None
+    np.testing.assert_array_equal(again.tokens, batch.tokens)
+
+
 class _LakeWithSubprocess(environments.env_class("frozen_lake")):
     """FrozenLake whose every step reports 0.25 s spent in a subprocess (as mini-SWE's test runs
     report theirs)."""

@@ -5,8 +5,8 @@ is docs/results.md, "LATR where it belongs".
 
     python -m launch.compare --grid=configs/grids/latr_countdown_smollm2.py \
         --out=/tmp/latr_countdown_smollm2
-    LANES=2 PIN=1 bash launch/grid_lanes.sh configs/grids/latr_countdown_smollm2.py \
-        /tmp/latr_countdown_smollm2       # the same in two lanes pinned to a core each
+    LANES=1 bash launch/grid_lanes.sh configs/grids/latr_countdown_smollm2.py \
+        /tmp/latr_countdown_smollm2       # the same as one lane; 24 GB holds one
 
 Both resume an interrupted grid when run again with the same output directory.
 
@@ -27,15 +27,18 @@ step the rollouts' pass@1 (the learning curve the acceleration measure reads: th
 which a variant reaches independent sampling's final value), distinct final answers per group,
 response length (tokens per answer) and the policy's entropy (nats per action token).
 
-Budget on the 2-core CPU, each run in a lane pinned to one core: a step is ~16 rollouts of ~250
-tokens (the sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an update and
-reference pass over 16 rows of ~400 tokens (~6,400 tokens, the mini-SWE benchmark shape's size: 107
-s on two cores, ~3.5 min on one), ~4.5 minutes; an evaluation samples 128 rollouts, ~8 minutes on
-one core. 10 steps x 4.5 + 3 x 8 = ~70 minutes a run (~62 after the first: the runs share the warm
-start's step-0 evaluation), ~9.5 lane-hours, ~5 hours in two lanes, plus the warm start (33 minutes
-on two cores): inside the issue's 15 hours. The learning rate is the config's 1e-6 (the papers' for
-0.5B-7B models): ten steps may move a 135M model too little for any variant to differ, which the
-intervals would show.
+Budget on the 2-core CPU: estimated before running, a step is ~16 rollouts of ~250 tokens (the
+sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an update and reference
+pass over 16 rows of ~400 tokens (~6,400 tokens, the mini-SWE benchmark shape's size: 107 s on two
+cores, ~3.5 min on one), ~4.5 minutes, and an evaluation of 128 rollouts ~8 minutes on one core.
+Measured in the first run, in a lane pinned to one core: steps of 340-480 s (rollout 82-114 s,
+update 259-366 s), so 10 steps x ~7 + 2 x ~8 = ~90 minutes a run after the step-0 evaluation
+(shared: the warm start's, evaluated once), ~13.5 lane-hours for the 9 runs plus the warm start (33
+minutes on two cores). Two SmolLM2 lanes did not fit in this machine's 24 GB (a lane of this grid
+was killed by the OOM killer at 12.1 GB beside a FrozenLake lane: launch/grid_lanes.sh), so one lane
+on both cores, ~10 hours at the ~1.4x a second core gives a SmolLM2 step: inside the issue's 15. The
+learning rate is the config's 1e-6 (the papers' for 0.5B-7B models): ten steps may move a 135M model
+too little for any variant to differ, which the intervals would show.
 """
 
 HYBRID_ETA = 0.5

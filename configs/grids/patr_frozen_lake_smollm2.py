@@ -4,8 +4,8 @@ the tiny model's table is configs/grids/patr_frozen_lake.py.
 
     python -m launch.compare --grid=configs/grids/patr_frozen_lake_smollm2.py \
         --out=/tmp/patr_frozen_lake_smollm2
-    LANES=2 PIN=1 bash launch/grid_lanes.sh configs/grids/patr_frozen_lake_smollm2.py \
-        /tmp/patr_frozen_lake_smollm2        # the same in two lanes pinned to a core each
+    LANES=1 bash launch/grid_lanes.sh configs/grids/patr_frozen_lake_smollm2.py \
+        /tmp/patr_frozen_lake_smollm2        # the same as one lane; 24 GB holds one
 
 Both resume an interrupted grid when run again with the same output directory.
 
@@ -34,9 +34,11 @@ Measured in this grid's first run, in a lane pinned to one core: GRPO steps of 4
 144-221 s, update 333-514 s), ~9 minutes an evaluation and ~20 for a process's first (the evaluation
 engine compiles), so ~2.4 hours a run with its own step-0 evaluation and ~2.2 without: the runs
 share the warm start's (evaluated by the first run to reach it, jaxtree.train.shared_eval), ~27
-lane-hours for the 12 runs: ~13.5 hours in two lanes, inside the issue's 15 hours because two lanes
-fit in memory with glibc's malloc arenas capped (launch/grid_lanes.sh sets MALLOC_ARENA_MAX=2: a
-lane then peaked at 10.4 GB, against 14.5 GB and an OOM kill without). Full fine-tuning at the
+lane-hours for the 12 runs. Two SmolLM2 lanes did not fit in this machine's 24 GB (this grid's
+lane reached 13.8 GB and a second grid's lane beside it was killed by the OOM killer: launch/
+grid_lanes.sh), so one lane on both cores: ~19 hours at the ~1.4x a second core gives a SmolLM2
+step: ~14.5 hours for the three PATR Table 1 variants, inside the issue's 15, and ~4.5 more for
+the LoRA variant. Full fine-tuning at the
 config's learning rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too
 little for any variant to differ, which the results would show as overlapping intervals; a longer
 run is the next step, not a larger learning rate for one side.

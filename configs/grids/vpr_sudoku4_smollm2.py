@@ -4,8 +4,8 @@ configs/grids/vpr_sudoku4.py.
 
     python -m launch.compare --grid=configs/grids/vpr_sudoku4_smollm2.py \
         --out=/tmp/vpr_sudoku4_smollm2
-    LANES=2 PIN=1 bash launch/grid_lanes.sh configs/grids/vpr_sudoku4_smollm2.py \
-        /tmp/vpr_sudoku4_smollm2          # the same in two lanes pinned to a core each
+    LANES=1 bash launch/grid_lanes.sh configs/grids/vpr_sudoku4_smollm2.py \
+        /tmp/vpr_sudoku4_smollm2          # the same as one lane; 24 GB holds one
 
 Both resume an interrupted grid when run again with the same output directory.
 
@@ -32,8 +32,9 @@ turns), so a step's update covers ~18,000 tokens like the FrozenLake chat grid's
 on one), less its reference forward; an evaluation plays 24 episodes, ~10 minutes on one core
 (the FrozenLake grid's lanes: ~25 s an evaluation episode). 8 steps x ~13 + 3 x 10 = ~2.2 hours
 a run (~2 after the first: the runs share the warm start's step-0 evaluation), ~12.5
-lane-hours, ~6.5 hours in two lanes, plus the warm start (~30 minutes): inside the issue's 15
-hours (two SmolLM2 lanes fit in memory: the FrozenLake grid's docstring).
+lane-hours plus the warm start (~30 minutes). Two SmolLM2 lanes did not fit in this machine's
+24 GB (launch/grid_lanes.sh), so one lane on both cores: ~9 hours at the ~1.4x a second core gives
+a SmolLM2 step (448 s on two cores against 479-735 s on one).
 """
 
 

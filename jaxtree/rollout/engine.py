@@ -227,9 +227,14 @@ class SlotEngine:
                 progress(len(finished))
 
     def collect(self) -> TrajectoryBatch:
-        """The episodes finished since the last collect, as a batch ordered by episode id."""
+        """The episodes finished since the last collect, as a batch ordered by episode id. When
+        nothing is left to play, the session ends here: its KV cache and its reference to the
+        parameters are let go (a SmolLM2 engine's cache of 16 slots x 2,048 positions is
+        1.5 GB, which the update and the other engine would otherwise hold beside their own)."""
         records = [self.records.pop(e) for e in sorted(self.finished)]
         self.finished = []
+        if not self.has_work:
+            self.state = self.params = None
         return assemble(records, self.tokenizer.pad_id, self.labeler.names)
 
     # ------------------------------------------------------------------ tree operations

@@ -26,8 +26,10 @@
 # without the cap). Even so, two SmolLM2 lanes did not fit in 24 GB: with the cap, a FrozenLake
 # chat lane reached 13.8 GB over ten steps and its evaluations, and a Countdown lane beside it was
 # killed by the OOM killer at 12.1 GB. Size LANES by memory as well as by CPUs.
-#
-# The script is read by bash as it runs: do not edit it while a run of it is going.
+
+# The body is one function, called on the last line: bash reads a script as it runs it, so an edit
+# to this file while a grid runs would otherwise change (or break) the commands it has yet to run.
+main() {
 set -uo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -172,3 +174,6 @@ done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || { [[ $status -eq 0 ]] && status=1; }; done
 "$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --aggregate_only || status=1
 exit $status
+}
+
+main "$@"

@@ -31,14 +31,16 @@ Budget on the 2-core CPU: estimated before running, a step is ~16 rollouts of ~2
 sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an update and reference
 pass over 16 rows of ~400 tokens (~6,400 tokens, the mini-SWE benchmark shape's size: 107 s on two
 cores, ~3.5 min on one), ~4.5 minutes, and an evaluation of 128 rollouts ~8 minutes on one core.
-Measured in the first run, in a lane pinned to one core: steps of 340-480 s (rollout 82-114 s,
-update 259-366 s), so 10 steps x ~7 + 2 x ~8 = ~90 minutes a run after the step-0 evaluation
-(shared: the warm start's, evaluated once), ~13.5 lane-hours for the 9 runs plus the warm start (33
-minutes on two cores). Two SmolLM2 lanes did not fit in this machine's 24 GB (a lane of this grid
-was killed by the OOM killer at 12.1 GB beside a FrozenLake lane: launch/grid_lanes.sh), so one lane
-on both cores, ~10 hours at the ~1.4x a second core gives a SmolLM2 step: inside the issue's 15. The
-learning rate is the config's 1e-6 (the papers' for 0.5B-7B models): ten steps may move a 135M model
-too little for any variant to differ, which the intervals would show.
+Measured in the first run (independent, seed 0): steps of 340-480 s in a lane pinned to one core
+beside another grid's lane and test runs (not clean timings), and of 159-177 s alone on both cores
+(rollout 45-53 s, update 109-125 s), ~5 minutes an evaluation; the run took 37 minutes for its last
+8 steps and two evaluations. Two SmolLM2 lanes did not fit in this machine's 24 GB (a lane of this
+grid was killed by the OOM killer at 12.1 GB beside a FrozenLake lane: launch/grid_lanes.sh), so the
+grid runs as one lane on both cores: ~40-45 minutes a run after the shared step-0 evaluation (the
+warm start's, evaluated once), ~6.5 hours for the 9 runs if the tree variants' steps cost what
+independent sampling's do, inside the issue's 15. The learning rate is the config's 1e-6 (the
+papers' for 0.5B-7B models): ten steps may move a 135M model too little for any variant to differ,
+which the intervals would show.
 """
 
 HYBRID_ETA = 0.5

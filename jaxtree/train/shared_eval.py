@@ -26,21 +26,11 @@ import os
 from typing import Any, Mapping
 
 import jax
-import numpy as np
 
 from jaxtree.evaluation import EvalResult, Transcript
+from jaxtree.models.lora import content_hash
 
 DIRECTORY = "initial_evals"
-
-
-def parameters_digest(params) -> str:
-    """SHA-256 of a parameter tree's content: every leaf's path, dtype, shape and bytes."""
-    digest = hashlib.sha256()
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        value = np.ascontiguousarray(jax.device_get(leaf))
-        digest.update(f"{jax.tree_util.keystr(path)}|{value.dtype}|{value.shape}|".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
 
 
 class SharedEvaluations:
@@ -53,7 +43,7 @@ class SharedEvaluations:
     def key(params, settings: Mapping[str, Any]) -> str:
         """The record's name: 24 hex digits of SHA-256 over the parameters' digest and the
         settings (JSON, sorted keys) with the JAX version and backend."""
-        material = json.dumps({"parameters": parameters_digest(params), "settings": settings,
+        material = json.dumps({"parameters": content_hash(params), "settings": settings,
                                "jax": jax.__version__, "backend": jax.default_backend()},
                               sort_keys=True, default=str)
         return hashlib.sha256(material.encode()).hexdigest()[:24]

@@ -181,10 +181,17 @@ def test_grid_loading_resolves_the_config_in_the_configs_directory(tmp_path):
     ("seed_in_variant", "sets the seed field train.seed"),
     ("bad_seeds", "--seeds must be integers"),
     ("bad_config", "exp.py failed to load: RuntimeError: broken"),
+    ("reach_keys", "'reach' must be a dict with keys ['metric', 'reference']"),
+    ("reach_metric", "reach: metric 'eval/return' is not one of the grid's metrics"),
+    ("reach_reference", "reach: reference 'c' is not one of the grid's variants ['a', 'b']"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, case, message):
+    reach = {"reach_keys": {"metric": "eval/pass@1"},
+             "reach_metric": {"metric": "eval/return", "reference": "a"},
+             "reach_reference": {"metric": "eval/pass@1", "reference": "c"}}
     grid = make_grid(tmp_path, variants={} if case == "no_variants" else
-                     {"a": {"train.seed": 3}} if case == "seed_in_variant" else None)
+                     {"a": {"train.seed": 3}} if case == "seed_in_variant" else None,
+                     **({"reach": reach[case]} if case in reach else {}))
     kwargs = {}
     if case == "missing":
         grid = str(tmp_path / "nothing.py")
@@ -485,6 +492,49 @@ def test_aggregation_outputs_and_hand_checked_values(tmp_path):
     rc, _, _ = run(grid, tmp_path / "out", runner, aggregate_only=True)
     assert rc == 0 and runner.calls == [] and (tmp_path / "out" / "results.md").exists()
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == results
+
+
+@pytest.mark.parametrize("reference", ["a", "b"])
+def test_steps_to_reach_the_reference_peak_hand_checked(tmp_path, reference):
+    """CURVES by hand. Reference b: its peaks are 0.3 (seed 0) and 0.5 (seed 1), both first at
+    step 4; a reaches them at step 2 (0.7 >= 0.3, 0.5 >= 0.5): 2x. Reference a: peaks 0.7 at
+    step 2 and 0.8 at step 4, which b (at most 0.5) never reaches."""
+    grid = make_grid(tmp_path, reach={"metric": "eval/success_rate", "reference": reference})
+    rc, out, _ = run(grid, tmp_path / "out")
+    assert rc == 0
+    reach = json.loads((tmp_path / "out" / "results.json").read_text())["reach"]
+    assert (reach["metric"], reach["reference"]) == ("eval/success_rate", reference)
+    a, b = reach["variants"]["a"], reach["variants"]["b"]
+    table = (tmp_path / "out" / "results.md").read_text()
+    if reference == "b":
+        assert a["seeds"]["0"] == {"target": 0.3, "reference_step": 4, "step": 2, "last_step": 4}
+        assert a["seeds"]["1"] == {"target": 0.5, "reference_step": 4, "step": 2, "last_step": 4}
+        assert (a["reached"], a["step"]["mean"], a["speedup"]["mean"]) == (2, 2.0, 2.0)
+        assert (b["reached"], b["step"]["mean"], b["speedup"]["mean"]) == (2, 4.0, 1.0)
+        assert ("| a | 2/2 | 2.000 ± 0.000 | 2.000 ± 0.000 | seed 0: 0.300, 4 → 2; "
+                "seed 1: 0.500, 4 → 2 |") in table
+    else:
+        assert a["seeds"]["0"] == {"target": 0.7, "reference_step": 2, "step": 2, "last_step": 4}
+        assert (b["reached"], b["compared"], b["step"]["n"], b["speedup"]["n"]) == (0, 2, 0, 0)
+        assert b["seeds"]["1"]["step"] is None
+        assert "| b | 0/2 | – | – | seed 0: 0.700, 2 → not by 4; seed 1: 0.800, 4 → not by 4 |" \
+            in table
+    assert "| variant | reached | step (of those) | speed-up |" in out   # printed too
+
+
+def test_reaching_a_lower_is_better_target_and_step_zero():
+    """Lower is better: the target is the reference's minimum; reaching it at step 0 (the
+    evaluation every variant shares) gives a step but no speed-up."""
+    assert compare.first_reach([(0, 0.5), (2, 0.3), (4, 0.1)], 0.3, True) == 2
+    assert compare.first_reach([(0, 0.5), (2, 0.3)], 0.2, True) is None
+    assert compare.first_reach([(0, 0.5), (2, 0.3)], 0.4) == 0
+    seeds = {"0": {"metrics": {"m": {"best": 0.2, "final_step": 2,
+                                     "curve": [[0, 0.2], [2, 0.4]]}}}}
+    grid = compare.Grid(path="g", config="c", variants={"x": {}}, seeds=(0,), metrics=("m",),
+                        lower_is_better=("m",),
+                        reach=compare.ReachSpec(metric="m", reference="x"))
+    x = compare.reach_summary(grid, {"x": {"seeds": seeds}})["variants"]["x"]
+    assert x["seeds"]["0"]["step"] == 0 and x["reached"] == 1 and x["speedup"]["n"] == 0
 
 
 def test_only_and_seeds_select_runs_and_aggregation_covers_all(tmp_path):

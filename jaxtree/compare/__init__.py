@@ -25,18 +25,20 @@ Layout of an output directory:
     <out>/results.md, results.json, curves_<metric>.png
 """
 
-from jaxtree.compare.grid import DEFAULT_METRICS, Grid, GridError, load_grid, sibling_grid
+from jaxtree.compare.grid import DEFAULT_METRICS, Grid, GridError, ReachSpec, load_grid, \
+    sibling_grid
 from jaxtree.compare.job import run_compare
 from jaxtree.compare.plan import WARM_START_FIELDS, Artifact, Run, WarmStart, plan_runs, \
     render_value, warm_start_key, warm_start_overrides
-from jaxtree.compare.results import Interval, aggregate, markdown_table, mean_ci, \
-    t_quantile, write_results
+from jaxtree.compare.results import Interval, aggregate, first_reach, markdown_table, mean_ci, \
+    reach_summary, reach_table, t_quantile, write_results
 from jaxtree.compare.runner import Runner, SubprocessRunner, log_tail
 from jaxtree.compare.runs import Failure, check_recorded, execute
 
 __all__ = [
-    "DEFAULT_METRICS", "WARM_START_FIELDS", "Artifact", "Failure", "Grid", "GridError", "Interval", "Run",
-    "Runner", "SubprocessRunner", "WarmStart", "aggregate", "check_recorded", "execute",
-    "load_grid", "log_tail", "markdown_table", "mean_ci", "plan_runs", "render_value",
-    "run_compare", "t_quantile", "warm_start_key", "warm_start_overrides", "write_results",
+    "DEFAULT_METRICS", "WARM_START_FIELDS", "Artifact", "Failure", "Grid", "GridError", "Interval",
+    "ReachSpec", "Run", "Runner", "SubprocessRunner", "WarmStart", "aggregate", "check_recorded",
+    "execute", "first_reach", "load_grid", "log_tail", "markdown_table", "mean_ci", "plan_runs",
+    "reach_summary", "reach_table", "render_value", "run_compare", "sibling_grid", "t_quantile",
+    "warm_start_key", "warm_start_overrides", "write_results",
 ]

@@ -23,7 +23,8 @@ DEFAULT_METRICS = ("eval/success_rate", "eval/pass@1")
 DEFAULT_SEED_FIELD = "train.seed"
 
 GRID_KEYS = ("config", "variants", "seeds", "seed_field", "overrides", "metrics", "title",
-             "lower_is_better", "warm_start", "artifacts")
+             "lower_is_better", "warm_start", "artifacts", "reach")
+REACH_KEYS = ("metric", "reference")
 ARTIFACT_KEYS = ("job", "config", "overrides")
 # `{artifact:NAME}` in an override's string value: the artifact's directory under <out>.
 ARTIFACT_REFERENCE = re.compile(r"\{artifact:([^{}]*)\}")
@@ -47,6 +48,14 @@ class ArtifactSpec:
     overrides: dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class ReachSpec:
+    """A grid's `reach` entry: report, per seed, the first step at which each variant's `metric`
+    reaches the best value the `reference` variant's run reached (LATR's acceleration measure)."""
+    metric: str
+    reference: str
+
+
 @dataclasses.dataclass
 class Grid:
     """A loaded grid file; `config` is an absolute path, `experiment_config` what its
@@ -65,6 +74,7 @@ class Grid:
     # warm start follows its own env/model/sft overrides.
     warm_start: dict[str, Any] | None = None
     artifacts: dict[str, ArtifactSpec] = dataclasses.field(default_factory=dict)
+    reach: ReachSpec | None = None
     experiment_config: Any = dataclasses.field(default=None, repr=False, compare=False)
     _experiments: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -232,6 +242,25 @@ def _artifacts(raw: Mapping, path: str) -> dict[str, ArtifactSpec]:
     return specs
 
 
+def _reach(raw: Mapping, path: str, metrics: tuple[str, ...], variants: Mapping
+           ) -> ReachSpec | None:
+    """The grid's `reach`: {"metric": one of its metrics, "reference": one of its variants}."""
+    reach = raw.get("reach")
+    if reach is None:
+        return None
+    if hasattr(reach, "to_dict"):
+        reach = reach.to_dict()
+    if not isinstance(reach, Mapping) or set(reach) != set(REACH_KEYS):
+        raise GridError(f"grid {path}: 'reach' must be a dict with keys {list(REACH_KEYS)}")
+    if reach["metric"] not in metrics:
+        raise GridError(f"grid {path}: reach: metric {reach['metric']!r} is not one of the "
+                        f"grid's metrics {list(metrics)}")
+    if reach["reference"] not in variants:
+        raise GridError(f"grid {path}: reach: reference {reach['reference']!r} is not one of "
+                        f"the grid's variants {list(variants)}")
+    return ReachSpec(reach["metric"], reach["reference"])
+
+
 def _check_artifact_references(variants: Mapping, overrides: Mapping,
                                artifacts: Mapping, path: str) -> None:
     """Every `{artifact:NAME}` names an artifact of the grid."""
@@ -287,16 +316,18 @@ def load_grid(path: str) -> Grid:
     def fields(key: str, default: tuple) -> tuple:
         return _as_tuple(raw[key], f"grid {path}: {key}", str) if key in raw else default
 
+    metrics = fields("metrics", DEFAULT_METRICS)
     grid = Grid(
         path=path, config=config, variants=variants,
         seeds=_as_tuple(raw.get("seeds", (0,)), f"grid {path}: seeds", int),
         seed_field=seed_field, overrides=overrides,
-        metrics=fields("metrics", DEFAULT_METRICS),
+        metrics=metrics,
         title=str(raw.get("title") or os.path.splitext(os.path.basename(path))[0]),
         lower_is_better=fields("lower_is_better", ()) if raw.get("lower_is_better") else (),
         warm_start=(flatten_overrides(raw["warm_start"], f"grid {path}: warm_start")
                     if raw.get("warm_start") is not None else None),
         artifacts=_artifacts(raw, path),
+        reach=_reach(raw, path, metrics, variants),
         experiment_config=_experiment_config(config, path),
     )
     _check_artifact_references(variants, overrides, grid.artifacts, path)

@@ -11,7 +11,7 @@ from typing import Callable, Sequence, TextIO
 from jaxtree.compare.grid import GridError, load_grid
 from jaxtree.compare.plan import Run, plan_runs
 from jaxtree.compare.results import aggregate, aggregation_seeds, markdown_table, \
-    metric_file_name, write_results
+    metric_file_name, reach_table, write_results
 from jaxtree.compare.runner import Runner, SubprocessRunner, as_runner, stop_requested
 from jaxtree.compare.runs import Failure, OutputLock, check_recorded, execute, is_built, \
     run_state
@@ -98,6 +98,9 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
         return 2
     say("")
     say(markdown_table(results))
+    if results["reach"]:
+        say("")
+        say(reach_table(results["reach"]))
     say(f"\nwrote {os.path.join(out, 'results.md')}, results.json and "
         f"{', '.join(metric_file_name(m) for m in grid.metrics)}")
     if stop_requested(runner):

@@ -1,5 +1,6 @@
 """Aggregating finished runs: per run the initial, final and best evaluation, per variant the
-mean ± 95% confidence interval over seeds; written as results.md, results.json and
+mean ± 95% confidence interval over seeds, and with a grid's `reach` the steps each variant needs
+to reach a reference variant's peak; written as results.md, results.json and
 curves_<metric>.png."""
 
 from __future__ import annotations
@@ -111,6 +112,53 @@ def _mean_curve(per_seed: Sequence[Mapping]) -> list[dict]:
     return [{"step": step, **mean_ci(points[step]).to_dict()} for step in sorted(points)]
 
 
+def first_reach(curve: Sequence[Sequence[float]], target: float,
+                lower_is_better: bool = False) -> int | None:
+    """The first step of `curve` ((step, value) pairs by step) whose value reaches `target`
+    (≥ it, or ≤ it for a metric where lower is better); None if none does."""
+    for step, value in curve:
+        if (value <= target) if lower_is_better else (value >= target):
+            return int(step)
+    return None
+
+
+def reach_summary(grid: Grid, variants: Mapping[str, Mapping]) -> dict | None:
+    """The grid's `reach` measure over the aggregated `variants` (LATR §4.3: the step at which
+    a variant first reaches the accuracy at which the baseline peaks).
+
+    Per seed, the target is the best value of the metric in the reference variant's run of that
+    seed, reached first at `reference_step`; `step` is the first evaluation step at which the
+    variant's run of the same seed reaches it (None: not within its run). Per variant: how many
+    seeds reached it, the mean ± CI of their steps, and of the speed-up reference_step / step
+    over the seeds where both are after step 0 (the shared step-0 evaluation reaching the
+    target means the reference never improved on it)."""
+    spec = grid.reach
+    if spec is None:
+        return None
+    lower = spec.metric in grid.lower_is_better
+    reference = variants[spec.reference]["seeds"]
+    summary = {}
+    for name, v in variants.items():
+        per_seed = {}
+        for seed, entry in v["seeds"].items():
+            ref = reference.get(seed, {}).get("metrics", {}).get(spec.metric)
+            mine = entry["metrics"].get(spec.metric)
+            if ref is None or mine is None:
+                continue
+            target = ref["best"]
+            per_seed[seed] = {"target": target,
+                              "reference_step": first_reach(ref["curve"], target, lower),
+                              "step": first_reach(mine["curve"], target, lower),
+                              "last_step": mine["final_step"]}
+        reached = [p for p in per_seed.values() if p["step"] is not None]
+        speedups = [p["reference_step"] / p["step"] for p in reached
+                    if p["step"] > 0 and p["reference_step"] > 0]
+        summary[name] = {"seeds": per_seed, "compared": len(per_seed), "reached": len(reached),
+                         "step": mean_ci([p["step"] for p in reached]).to_dict(),
+                         "speedup": mean_ci(speedups).to_dict()}
+    return {"metric": spec.metric, "reference": spec.reference, "variants": summary}
+
+
 def aggregate(grid: Grid, runs: Sequence[Run]) -> dict:
     """Per-seed statistics of the finished `runs` and, per variant and metric, mean ± 95% CI over
     seeds (Student t, n − 1 degrees of freedom) of each statistic, plus the mean curves."""
@@ -132,7 +180,8 @@ def aggregate(grid: Grid, runs: Sequence[Run]) -> dict:
             "seeds": seeds, "cells": cells, "curves": curves}
     return {"title": grid.title, "grid": grid.path, "config": grid.config_arg,
             "seed_field": grid.seed_field, "metrics": list(grid.metrics),
-            "confidence": CONFIDENCE, "variants": variants}
+            "confidence": CONFIDENCE, "variants": variants,
+            "reach": reach_summary(grid, variants)}
 
 
 # ----------------------------------------------------------------------------- writing
@@ -167,6 +216,22 @@ def markdown_table(results: Mapping) -> str:
     return "\n".join(lines)
 
 
+def reach_table(reach: Mapping) -> str:
+    """variant | seeds reaching the target | step | speed-up | per seed (target, reference's
+    step, the variant's)."""
+    lines = ["| variant | reached | step (of those) | speed-up | per seed: target, "
+             f"{reach['reference']}'s step → this variant's |", "|---|---|---|---|---|"]
+    for name, v in reach["variants"].items():
+        seeds = "; ".join(
+            f"seed {seed}: {_number(p['target'])}, {p['reference_step']} → "
+            + (str(p["step"]) if p["step"] is not None else f"not by {p['last_step']}")
+            for seed, p in sorted(v["seeds"].items(), key=lambda kv: int(kv[0]))) or "–"
+        lines.append(f"| {name} | {v['reached']}/{v['compared']} | "
+                     f"{format_interval(v['step'], v['reached'])} | "
+                     f"{format_interval(v['speedup'], v['speedup']['n'])} | {seeds} |")
+    return "\n".join(lines)
+
+
 def results_markdown(results: Mapping) -> str:
     """results.md: title, the table and notes (missing runs, what the intervals are)."""
     parts = [f"# {results['title']}", "",
@@ -175,6 +240,14 @@ def results_markdown(results: Mapping) -> str:
              f"seeds (Student t, n − 1 degrees of freedom; n=1: no interval). initial: the step-0 "
              f"evaluation, final: the last one, best: the best one of each run.", "",
              markdown_table(results), ""]
+    reach = results.get("reach")
+    if reach:
+        parts += [f"Steps to reach {reach['reference']}'s peak {reach['metric']} (LATR's "
+                  f"acceleration measure): per seed, the first evaluation step at which a "
+                  f"variant's {reach['metric']} reaches the best value the {reach['reference']} "
+                  f"run of the same seed reached; speed-up = {reach['reference']}'s step / the "
+                  f"variant's, over seeds where both are after step 0.", "",
+                  reach_table(reach), ""]
     missing = [f"{name} (seeds {', '.join(map(str, v['missing_seeds']))})"
                for name, v in results["variants"].items() if v["missing_seeds"]]
     if missing:

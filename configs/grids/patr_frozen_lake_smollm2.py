@@ -18,8 +18,9 @@ score most trees once or never), expands the top 2 branches into 2 children each
 the median - 0.5 or after 6 identical actions, with the environment's progress heuristic as the
 scorer. Tree-Random expands 2 branches drawn at random and prunes by the repeat rule only.
 Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree statistics: the
-patr/* metrics (scoring points, expansions, prunes) and the trajectories per lake
-(rollout/episodes over the lakes).
+patr/* metrics (scoring points, expansions, prunes), the trajectories per lake
+(rollout/episodes over the lakes) and the distinct final actions per lake
+(rollout/distinct_answers).
 
 A fourth variant, `grpo_lora_r16`, is GRPO on rank-16 adapters (every projection) over the same
 warm start at LoRA's learning rate (1e-5, 10x the full model's: configs/grids/
@@ -68,6 +69,6 @@ def get_grid():
         "warm_start": {},
         "seeds": (0, 1, 2),
         "metrics": ("eval/success_rate", "eval/pass@4", "eval/mean_turns",
-                    "rollout/episodes", "patr/scoring_points", "patr/expanded",
-                    "patr/pruned_score", "patr/pruned_repeat", "time/step"),
+                    "rollout/episodes", "rollout/distinct_answers", "patr/scoring_points",
+                    "patr/expanded", "patr/pruned_score", "patr/pruned_repeat", "time/step"),
     }

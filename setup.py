@@ -37,6 +37,7 @@ setup(
         "matplotlib",      # launch.plot
         "tensorboardX",    # TensorBoard event files without TensorFlow
         "gguf",            # llama.cpp checkpoints (jaxtree.models.gguf_io)
+        "filelock",        # the compilation cache's size cap (launch.common)
     ],
     extras_require={
         # torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only the

@@ -258,4 +258,4 @@ def _prefix_update(output: str) -> None:
 
 
 if __name__ == "__main__":
-    run_app(main)
+    run_app(main, compilation_cache=False)  # they time compilation as well

@@ -1,6 +1,7 @@
 """What the launch jobs share: one-line errors (bad flags, config values and paths with exit
 status 2; faults such as a corrupt checkpoint or a diverged run with status 1), config files found
-from any directory, and a quiet log unless `--verbosity` asks for more."""
+from any directory, a quiet log unless `--verbosity` asks for more, and compiled programs kept
+across jobs (`use_compilation_cache`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ from jaxtree.train.workdir import WorkdirError, WorkdirVanished
 USAGE_ERROR = 2
 # Exit status of a job stopped by a fault it cannot repair (a corrupt checkpoint, a diverged run).
 FAULT = 1
+
+# JAX's persistent compilation cache for every job: where ($JAXTREE_COMPILATION_CACHE; "off"
+# disables it; JAX's own JAX_COMPILATION_CACHE_DIR, when set, is used instead) and its size, beyond
+# which the least recently used programs are deleted.
+COMPILATION_CACHE_ENV = "JAXTREE_COMPILATION_CACHE"
+COMPILATION_CACHE_MAX_BYTES = 8 * 1024**3
 
 # Where `--config=configs/x.py` is also looked for when it is not found from the current
 # directory: the source tree the `launch` package was installed from (pip install -e .).
@@ -221,13 +228,44 @@ def quiet_logs() -> None:
     logging.get_absl_logger().addFilter(_quiet_orbax)
 
 
-def run_app(main) -> None:
+def default_compilation_cache() -> str:
+    """~/.cache/jaxtree/xla, beside the local model folder (~/.cache/jaxtree/models)."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "jaxtree", "xla")
+
+
+def use_compilation_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache for this job; returns its directory (None:
+    turned off with $JAXTREE_COMPILATION_CACHE=off).
+
+    Every program that took JAX's threshold (1 s) or more to compile is written there and later
+    jobs load it instead of compiling it again: the same executable, so the same numbers (the
+    key covers the program, the compile options, XLA_FLAGS and the JAX version). On a CPU most
+    of a short job is compilation, and a SmolLM2 training run recompiles its rollout, update and
+    evaluation programs for every new length bucket, minutes each (docs/benchmarks.md, "Compiled
+    programs kept across jobs"): the runs of a comparison grid share all of them. The directory
+    is capped at COMPILATION_CACHE_MAX_BYTES, least recently used programs deleted first."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:  # JAX_COMPILATION_CACHE_DIR: the user's choice
+        return jax.config.jax_compilation_cache_dir
+    where = os.environ.get(COMPILATION_CACHE_ENV, "") or default_compilation_cache()
+    if where.lower() in ("off", "0", "none", "false"):
+        return None
+    jax.config.update("jax_compilation_cache_dir", os.path.abspath(os.path.expanduser(where)))
+    if jax.config.jax_compilation_cache_max_size == -1:  # unlimited unless the user chose
+        jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_MAX_BYTES)
+    return jax.config.jax_compilation_cache_dir
+
+
+def run_app(main, compilation_cache: bool = True) -> None:
     """`absl.app.run(main)` where every user error ends the job with one line and exit status
     2: a bad `--config.x.y=...` override (unknown field, wrong type; fields of the old flat
     layout are named with their new place), an invalid config value (ConfigError), a missing
     file or checkpoint (FileNotFoundError), an unusable or busy workdir (WorkdirError); and a
     fault with one line and status 1 (a corrupt checkpoint, a diverged run). Library INFO logs
-    (orbax's ~100 lines per checkpoint) are hidden unless `--verbosity` / `-v` is given."""
+    (orbax's ~100 lines per checkpoint) are hidden unless `--verbosity` / `-v` is given.
+    Compiled programs persist across jobs (`use_compilation_cache`) unless
+    `compilation_cache` is false (the benchmarks, which time compilation too)."""
     from absl import app, flags
 
     def parse(argv):
@@ -250,6 +288,8 @@ def run_app(main) -> None:
         return parsed
 
     def guarded(argv):
+        if compilation_cache:
+            use_compilation_cache()
         try:
             return main(argv)
         except (ConfigError, FileNotFoundError, WorkdirError) as e:

@@ -75,3 +75,54 @@ def test_every_environment_config_demonstrates_within_its_context(config):
             replay.step(text)
         assert [t for t, m in zip(demo.tokens, demo.loss_mask) if m] == expected
         assert demo.success == replay.success and demo.num_turns == replay.num_steps
+
+
+_CACHE_PROBE = """
+import json, os, sys
+import jax
+import jax.numpy as jnp
+from launch import common
+
+chosen, out = sys.argv[1], {}
+jax.config.update("jax_compilation_cache_dir", "/the/users/own")   # JAX_COMPILATION_CACHE_DIR
+out["jax_own"] = common.use_compilation_cache()
+for name, value in [("default", None), ("off", "off"), ("chosen", chosen)]:
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", -1)
+    os.environ.pop(common.COMPILATION_CACHE_ENV, None)
+    if value is not None:
+        os.environ[common.COMPILATION_CACHE_ENV] = value
+    out[name] = [common.use_compilation_cache(), jax.config.jax_compilation_cache_max_size]
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).block_until_ready()   # the first compilation
+print(json.dumps(out))
+"""
+
+
+def test_jobs_keep_compiled_programs_where_the_environment_says(tmp_path):
+    """launch.common.use_compilation_cache (every job but the benchmarks calls it): JAX's own
+    JAX_COMPILATION_CACHE_DIR wins; else $JAXTREE_COMPILATION_CACHE, 'off' to disable, default
+    ~/.cache/jaxtree/xla, capped in size; the first compilation afterwards is written there. In
+    a fresh interpreter without the test session's cache."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from launch.common import COMPILATION_CACHE_MAX_BYTES
+    from toy_run import ROOT
+
+    home, chosen = tmp_path / "home", tmp_path / "chosen"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_COMPILATION_CACHE_DIR", "JAXTREE_COMPILATION_CACHE")}
+    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(chosen)], cwd=ROOT,
+                          env={**env, "HOME": str(home)}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["jax_own"] == "/the/users/own"
+    assert out["default"] == [str(home / ".cache" / "jaxtree" / "xla"),
+                              COMPILATION_CACHE_MAX_BYTES]
+    assert out["off"] == [None, -1]
+    assert out["chosen"] == [str(chosen), COMPILATION_CACHE_MAX_BYTES]
+    assert os.listdir(chosen), "the first compilation was not written to the chosen directory"

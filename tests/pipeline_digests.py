@@ -138,7 +138,7 @@ def params_digest(params) -> str:
 
 def deterministic(records: list[dict]) -> list[dict]:
     """The metric records without wall-clock measurements."""
-    from jaxtree.rollout.engine import TIMING_METRICS
+    from jaxtree.rollout.stats import TIMING_METRICS
     return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in TIMING_METRICS}
             for r in records]
 

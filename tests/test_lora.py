@@ -307,7 +307,7 @@ def test_a_lora_warm_start_saves_adapters_and_loads_merged(lora_run):
 
 def test_a_lora_run_checkpoints_adapters_and_resumes_bit_exactly(lora_run):
     from jaxtree.checkpoints import load_policy_checkpoint
-    from jaxtree.rollout.engine import TIMING_METRICS
+    from jaxtree.rollout.stats import TIMING_METRICS
     from jaxtree.train.metrics import read_metrics
     _, straight, resumed = lora_run
     a, b = (load_policy_checkpoint(w) for w in (straight, resumed))

@@ -123,7 +123,7 @@ def _assert_same_run(reference, other):
     """Identical rollouts and evaluations, the same update to 1e-5, parameters to 1e-5."""
     import chex
 
-    from jaxtree.rollout.engine import TIMING_METRICS
+    from jaxtree.rollout.stats import TIMING_METRICS
 
     expected, got = _metrics(reference), _metrics(other)
     assert [r["step"] for r in got] == [r["step"] for r in expected] == [0, 1, 2]

@@ -23,7 +23,7 @@ from jaxtree import models
 from jaxtree.config import ConfigError
 from jaxtree.experiment import Experiment, default_config, set_path
 from jaxtree.policy import Policy
-from jaxtree.rollout.engine import RolloutStats
+from jaxtree.rollout.stats import RolloutStats
 from jaxtree.scorers.judge_http import COUNTS, HttpJudge, parse_score
 from jaxtree.scorers import JudgeConfig
 from jaxtree.rollout.strategies import build_strategy

@@ -13,7 +13,7 @@ from ml_collections import config_flags
 from jaxtree.experiment import Experiment, rl_config, set_path, sibling_config
 from jaxtree.policy import load_policy
 from jaxtree import checkpoints
-from jaxtree.rollout.engine import TIMING_METRICS
+from jaxtree.rollout.stats import TIMING_METRICS
 from jaxtree.train.metrics import read_metrics
 from toy_run import CONFIG_FILE, ROOT, one_layer_policy, toy_config
 

@@ -235,7 +235,8 @@ def default_compilation_cache() -> str:
 
 def use_compilation_cache() -> str | None:
     """Turns on JAX's persistent compilation cache for this job; returns its directory (None:
-    turned off with $JAXTREE_COMPILATION_CACHE=off).
+    turned off with $JAXTREE_COMPILATION_CACHE=off, or a directory that cannot be created or
+    written, said in one line on stderr; the job goes on compiling).
 
     Every program that took JAX's threshold (1 s) or more to compile is written there and later
     jobs load it instead of compiling it again: the same executable, so the same numbers (the
@@ -251,7 +252,17 @@ def use_compilation_cache() -> str | None:
     where = os.environ.get(COMPILATION_CACHE_ENV, "") or default_compilation_cache()
     if where.lower() in ("off", "0", "none", "false"):
         return None
-    jax.config.update("jax_compilation_cache_dir", os.path.abspath(os.path.expanduser(where)))
+    where = os.path.abspath(os.path.expanduser(where))
+    try:
+        os.makedirs(where, exist_ok=True)
+        if not os.access(where, os.W_OK):
+            raise PermissionError("not writable")
+    except OSError as e:  # a bad $JAXTREE_COMPILATION_CACHE or a read-only home: say so, go on
+        print(f"note: compiled programs are not kept: cannot use {where} as the compilation "
+              f"cache ({e.strerror or e}); set {COMPILATION_CACHE_ENV} to a writable directory "
+              f"or to off", file=sys.stderr)
+        return None
+    jax.config.update("jax_compilation_cache_dir", where)
     if jax.config.jax_compilation_cache_max_size == -1:  # unlimited unless the user chose
         jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_MAX_BYTES)
     return jax.config.jax_compilation_cache_dir

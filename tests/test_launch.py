@@ -83,10 +83,11 @@ import jax
 import jax.numpy as jnp
 from launch import common
 
-chosen, out = sys.argv[1], {}
+chosen, unusable, out = sys.argv[1], sys.argv[2], {}
 jax.config.update("jax_compilation_cache_dir", "/the/users/own")   # JAX_COMPILATION_CACHE_DIR
 out["jax_own"] = common.use_compilation_cache()
-for name, value in [("default", None), ("off", "off"), ("chosen", chosen)]:
+for name, value in [("default", None), ("off", "off"), ("unusable", unusable),
+                    ("chosen", chosen)]:
     jax.config.update("jax_compilation_cache_dir", None)
     jax.config.update("jax_compilation_cache_max_size", -1)
     os.environ.pop(common.COMPILATION_CACHE_ENV, None)
@@ -102,8 +103,9 @@ print(json.dumps(out))
 def test_jobs_keep_compiled_programs_where_the_environment_says(tmp_path):
     """launch.common.use_compilation_cache (every job but the benchmarks calls it): JAX's own
     JAX_COMPILATION_CACHE_DIR wins; else $JAXTREE_COMPILATION_CACHE, 'off' to disable, default
-    ~/.cache/jaxtree/xla, capped in size; the first compilation afterwards is written there. In
-    a fresh interpreter without the test session's cache."""
+    ~/.cache/jaxtree/xla, capped in size; a directory that cannot be made is said in one line
+    and the job compiles without it; the first compilation afterwards is written there. In a
+    fresh interpreter without the test session's cache."""
     import json
     import os
     import subprocess
@@ -113,16 +115,21 @@ def test_jobs_keep_compiled_programs_where_the_environment_says(tmp_path):
     from toy_run import ROOT
 
     home, chosen = tmp_path / "home", tmp_path / "chosen"
+    (tmp_path / "a_file").write_text("")
+    unusable = tmp_path / "a_file" / "cache"
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_COMPILATION_CACHE_DIR", "JAXTREE_COMPILATION_CACHE")}
-    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(chosen)], cwd=ROOT,
-                          env={**env, "HOME": str(home)}, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(chosen), str(unusable)],
+                          cwd=ROOT, env={**env, "HOME": str(home)}, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["jax_own"] == "/the/users/own"
     assert out["default"] == [str(home / ".cache" / "jaxtree" / "xla"),
                               COMPILATION_CACHE_MAX_BYTES]
     assert out["off"] == [None, -1]
+    assert out["unusable"] == [None, -1]
+    assert proc.stderr.count(f"note: compiled programs are not kept: cannot use {unusable} as "
+                             "the compilation cache") == 1, proc.stderr
     assert out["chosen"] == [str(chosen), COMPILATION_CACHE_MAX_BYTES]
     assert os.listdir(chosen), "the first compilation was not written to the chosen directory"

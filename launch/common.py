@@ -265,7 +265,7 @@ def use_compilation_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", where)
     if jax.config.jax_compilation_cache_max_size == -1:  # unlimited unless the user chose
         jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_MAX_BYTES)
-    return jax.config.jax_compilation_cache_dir
+    return where
 
 
 def run_app(main, compilation_cache: bool = True) -> None:

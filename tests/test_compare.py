@@ -528,7 +528,7 @@ def test_reaching_a_lower_is_better_target_and_step_zero():
     assert compare.first_reach([(0, 0.5), (2, 0.3), (4, 0.1)], 0.3, True) == 2
     assert compare.first_reach([(0, 0.5), (2, 0.3)], 0.2, True) is None
     assert compare.first_reach([(0, 0.5), (2, 0.3)], 0.4) == 0
-    seeds = {"0": {"metrics": {"m": {"best": 0.2, "final_step": 2,
+    seeds = {"0": {"metrics": {"m": {"best": 0.2, "best_step": 0, "final_step": 2,
                                      "curve": [[0, 0.2], [2, 0.4]]}}}}
     grid = compare.Grid(path="g", config="c", variants={"x": {}}, seeds=(0,), metrics=("m",),
                         lower_is_better=("m",),

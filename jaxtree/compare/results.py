@@ -145,10 +145,10 @@ def reach_summary(grid: Grid, variants: Mapping[str, Mapping]) -> dict | None:
             mine = entry["metrics"].get(spec.metric)
             if ref is None or mine is None:
                 continue
-            target = ref["best"]
-            per_seed[seed] = {"target": target,
-                              "reference_step": first_reach(ref["curve"], target, lower),
-                              "step": first_reach(mine["curve"], target, lower),
+            # the reference's best is first reached at its best_step (series_stats keeps the
+            # first of equal best values)
+            per_seed[seed] = {"target": ref["best"], "reference_step": ref["best_step"],
+                              "step": first_reach(mine["curve"], ref["best"], lower),
                               "last_step": mine["final_step"]}
         reached = [p for p in per_seed.values() if p["step"] is not None]
         speedups = [p["reference_step"] / p["step"] for p in reached

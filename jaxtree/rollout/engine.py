@@ -41,9 +41,9 @@ from jaxtree.models.config import ModelConfig
 from jaxtree.rollout.episode import NO_LABELS, Episode
 from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.signatures import SIGNATURES
-from jaxtree.rollout.stats import RolloutStats
 from jaxtree.rollout.slots import (SlotState, TurnInputs, TurnSpec, clear_slots, copy_slots,
                                    init_slots, play_turn, prefill_slots, read_slots)
+from jaxtree.rollout.stats import RolloutStats
 from jaxtree.rollout.trajectory import PRUNED, TRUNCATED, EpisodeRecord, TrajectoryBatch, assemble
 from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.sampling.sampler import (CACHE_FULL, EOS, STOP_SEQUENCE, bucket_length,

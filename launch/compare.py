@@ -1,7 +1,7 @@
 """Compare variants of one experiment over seeds: run them, resume them, aggregate them.
 
     python -m launch.compare --grid=configs/grids/<name>.py --out=DIR \
-        [--only=variant,...] [--seeds=0,1] [--aggregate_only] [--dry_run]
+        [--only=variant,...] [--seeds=0,1] [--records=RECORDS] [--aggregate_only] [--dry_run]
 
 Runs every variant x seed of the grid file one `launch.train` process at a time into
 DIR/runs/<variant>/seed_<s> (its output teed to log.txt there), building each distinct warm start
@@ -15,6 +15,12 @@ best evaluation of each run. The grid format is in configs/grids/README.md; the 
 Before anything runs, every variant x seed is validated as the typed experiment launch.train would
 build (an unknown field or an invalid value is refused in one line naming the variant and the
 field).
+
+--records=RECORDS keeps each finished run's record (metrics.jsonl, train_summary.json,
+config.json, run.json: kilobytes, no checkpoints) in RECORDS/<variant>/seed_<s>, saved as each run
+finishes, and first restores the records of runs whose directory under DIR holds nothing: a grid
+longer than its machine is held (a wiped scratch disk) resumes on a fresh one from a RECORDS
+directory kept elsewhere or committed, rerunning only the runs that had not finished.
 
 --only restricts which variants run and --seeds which seeds (default: the grid's); the results
 cover every variant of the grid and every seed with a finished run. --aggregate_only only
@@ -38,6 +44,8 @@ _GRID = flags.DEFINE_string("grid", None, "Grid file (configs/grids/<name>.py)."
 _OUT = flags.DEFINE_string("out", None, "Output directory (runs, warm starts, results).")
 _ONLY = flags.DEFINE_list("only", None, "Run only these variants (comma-separated).")
 _SEEDS = flags.DEFINE_list("seeds", None, "Run these seeds instead of the grid's (e.g. 0,1).")
+_RECORDS = flags.DEFINE_string("records", None, "Directory of finished runs' records: restored "
+                               "first, each run's saved there once finished.")
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "Only aggregate existing runs.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the commands that would run; run nothing.")
 
@@ -51,7 +59,7 @@ def main(argv):
         runner.forward_signals()
     sys.exit(run_compare(_GRID.value, _OUT.value, only=_ONLY.value, seeds=_SEEDS.value,
                          aggregate_only=_AGGREGATE_ONLY.value, dry_run=_DRY_RUN.value,
-                         runner=runner))
+                         runner=runner, records=_RECORDS.value))
 
 
 def _parse_flags(argv):

@@ -15,11 +15,13 @@
 # DEADLINE_S (seconds from the start, 0 = none): the lanes then get SIGTERM, which launch.train
 # answers by saving a checkpoint; running the same command again resumes them.
 #
-# Environment: PYTHON (default python); LANES (most lanes at once, default: all); PIN=1 runs each
-# lane on a CPU of its own (`taskset -c`; at most one lane per CPU the script may use; the warm
-# start builds on every CPU, then its lane is pinned: two lanes' update steps on two cores ran
-# 1.2x faster pinned, docs/benchmarks.md); POLL_S (how often the
-# lanes are looked at, default 5 seconds);
+# Environment: RECORDS (a directory of finished runs' records, launch.compare --records: the runs
+# it holds are restored, not run, and each lane saves its run's record there once finished, so a
+# grid whose machine is wiped between sessions resumes from a committed RECORDS); PYTHON (default
+# python); LANES (most lanes at once, default: all); PIN=1 runs each lane on a CPU of its own
+# (`taskset -c`; at most one lane per CPU the script may use; the warm start builds on every CPU,
+# then its lane is pinned: two lanes' update steps on two cores ran 1.2x faster pinned,
+# docs/benchmarks.md); POLL_S (how often the lanes are looked at, default 5 seconds);
 # XLA_PYTHON_CLIENT_PREALLOCATE defaults to false so that the lanes can share one GPU;
 # MALLOC_ARENA_MAX to 2: glibc's per-thread malloc arenas let a lane's resident memory grow
 # beyond what it uses (a SmolLM2 full fine-tuning lane reached 13.9-14.5 GB by its fifth step
@@ -45,11 +47,14 @@ PIN=${PIN:-0}
 export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 export MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2}
 START=$(date +%s)
+RECORDS_ARG=()
+[[ -n ${RECORDS:-} ]] && RECORDS_ARG=(--records="$RECORDS")
 mkdir -p "$OUT/lanes" "$OUT/runs" "$OUT/warm_starts" "$OUT/artifacts" || exit 2
 
-PLAN=$("$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --dry_run 2>/dev/null) || {
+PLAN=$("$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" "${RECORDS_ARG[@]}" --dry_run \
+       2>/dev/null) || {
   echo "launch.compare --dry_run refused the grid:" >&2
-  "$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --dry_run >&2
+  "$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" "${RECORDS_ARG[@]}" --dry_run >&2
   exit 2
 }
 if [[ $(grep -c '^# warm start ' <<<"$PLAN") -gt 1 ]]; then
@@ -104,7 +109,7 @@ lane() {  # lane VARIANT SEED: one launch.compare on its own output directory
     [[ $WARMING == 1 ]] || pin=(taskset -c "$cpu")
   fi
   "${pin[@]}" "$PYTHON" -m launch.compare --grid="$GRID" --out="$dir" --only="$1" --seeds="$2" \
-    > "$dir/compare.log" 2>&1 &
+    "${RECORDS_ARG[@]}" > "$dir/compare.log" 2>&1 &
   PIDS+=($!)
   LANE_CPUS+=("$cpu")
   echo "grid_lanes.sh: lane $1 seed $2 started${cpu:+ on CPU $cpu} (log $dir/compare.log)"
@@ -172,7 +177,8 @@ while true; do
   sleep "$POLL_S"
 done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || { [[ $status -eq 0 ]] && status=1; }; done
-"$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" --aggregate_only || status=1
+"$PYTHON" -m launch.compare --grid="$GRID" --out="$OUT" "${RECORDS_ARG[@]}" --aggregate_only \
+  || status=1
 exit $status
 }
 

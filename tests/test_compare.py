@@ -408,6 +408,38 @@ def test_second_invocation_skips_finished_and_resumes_unfinished(tmp_path):
     assert run(grid, tmp_path / "out", FakeRunner())[0] == 0
 
 
+def test_records_carry_finished_runs_to_a_fresh_output_directory(tmp_path):
+    grid, records = make_grid(tmp_path), str(tmp_path / "records")
+    rc, _, _ = run(grid, tmp_path / "first", FakeRunner(preempt={("b", 1)}), records=records)
+    assert rc == 1
+    kept = sorted(os.path.relpath(p, records) for p in glob.glob(f"{records}/*/*/*"))
+    assert kept == [f"{v}/seed_{s}/{f}" for v, s in (("a", 0), ("a", 1), ("b", 0))
+                    for f in ("metrics.jsonl", "run.json", "train_summary.json")]
+    # A fresh machine: only the run that had not finished runs (with the warm start it needs);
+    # the others are restored and aggregated as if they had run here.
+    runner = FakeRunner()
+    rc, out, _ = run(grid, tmp_path / "fresh", FakeRunner(), records=records, dry_run=True)
+    assert rc == 0 and out.count("finished (skipped; restored from the records)") == 3
+    assert not os.path.exists(tmp_path / "fresh" / "runs")       # a dry run changes nothing
+    rc, out, _ = run(grid, tmp_path / "fresh", runner, records=records)
+    assert rc == 0, out
+    assert runner.calls == [("launch.sft", "warm_starts", -1), ("launch.train", "b", 1)]
+    assert out.count("finished elsewhere, restored from") == 3
+    assert os.path.exists(os.path.join(records, "b", "seed_1", "train_summary.json"))
+    rc, _, _ = run(grid, tmp_path / "plain", FakeRunner())
+    assert rc == 0 and (tmp_path / "fresh" / "results.md").read_text() == \
+        (tmp_path / "plain" / "results.md").read_text()
+    # A run directory that holds a run is never overwritten by its record.
+    metrics = tmp_path / "fresh" / "runs" / "a" / "seed_0" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + json.dumps({"step": 4, "train/kl": 0.5}) + "\n")
+    assert run(grid, tmp_path / "fresh", FakeRunner(), records=records)[0] == 0
+    assert "0.5" in metrics.read_text()
+    # Records made with other overrides are refused like any finished run.
+    make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.05}, "b": {"loss.kl_coef": 0.1}})
+    rc, _, err = run(grid, tmp_path / "other", FakeRunner(), records=records)
+    assert rc == 2 and "refusing to mix results" in err and "runs/a/seed_0" in err
+
+
 def test_refuses_when_a_finished_run_was_made_with_other_overrides(tmp_path):
     grid = make_grid(tmp_path)
     assert run(grid, tmp_path / "out")[0] == 0

@@ -42,6 +42,7 @@ STUB = textwrap.dedent('''\
         return os.path.exists(os.path.join(out, "runs", v, "seed_" + s, "done"))
 
     if "dry_run" in args:
+        event(kind="plan", records=args.get("records"))
         for key in plan["warm_starts"]:
             print("# warm start %s: %s" % (key, "built" if built(key) else "to build"))
         for name in plan.get("artifacts", ()):
@@ -50,11 +51,11 @@ STUB = textwrap.dedent('''\
             print("# variant=%s seed=%s: %s" % (v, s, "finished (skipped)" if done(v, s) else "new"))
         sys.exit(0)
     if "aggregate_only" in args:
-        event(kind="aggregate", out=out)
+        event(kind="aggregate", out=out, records=args.get("records"))
         sys.exit(0)
     v, s = args["only"], args["seeds"]
     event(kind="start", variant=v, seed=s, warm_built=all(built(k) for k in plan["warm_starts"]),
-          cpus=sorted(os.sched_getaffinity(0)))
+          cpus=sorted(os.sched_getaffinity(0)), records=args.get("records"))
     for key in plan["warm_starts"]:
         if not built(key):
             time.sleep(0.5)
@@ -75,7 +76,7 @@ STUB = textwrap.dedent('''\
 ''')
 
 
-def run_lanes(tmp_path, plan, *args, lanes=None, pin=False):
+def run_lanes(tmp_path, plan, *args, lanes=None, pin=False, records=None):
     stub = tmp_path / "stub_python"
     stub.write_text(STUB.format(python=sys.executable))
     stub.chmod(0o755)
@@ -86,6 +87,8 @@ def run_lanes(tmp_path, plan, *args, lanes=None, pin=False):
         env["LANES"] = str(lanes)
     if pin:
         env["PIN"] = "1"
+    if records is not None:
+        env["RECORDS"] = records
     out = tmp_path / "out"
     done = subprocess.run(["bash", SCRIPT, "grid.py", str(out), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -114,6 +117,17 @@ def test_warm_start_first_then_every_unfinished_run_in_its_own_lane(tmp_path):
         assert (out / "runs" / v / f"seed_{s}" / "done").exists()
         assert (out / "lanes" / f"{v}_seed{s}" / "runs").resolve() == (out / "runs").resolve()
     assert events[-1]["kind"] == "aggregate" and events[-1]["out"] == str(out)
+
+
+def test_records_directory_reaches_the_plan_every_lane_and_the_aggregation(tmp_path):
+    done, events, _ = run_lanes(tmp_path, {"warm_starts": [], "runs": [["a", "0"], ["b", "0"]]},
+                                records="kept/records")
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [e for e in events if e["kind"] in ("plan", "start", "aggregate")]
+    assert [e["kind"] for e in calls] == ["plan", "start", "start", "aggregate"]
+    assert all(e["records"] == "kept/records" for e in calls)
+    done, events, _ = run_lanes(tmp_path, {"warm_starts": [], "runs": [["c", "0"]]})
+    assert done.returncode == 0 and all(e.get("records") is None for e in events[-3:])
 
 
 def test_lanes_run_at_once_up_to_the_limit(tmp_path):
@@ -187,7 +201,7 @@ def test_grids_the_lanes_cannot_share_safely_are_refused(tmp_path, plan, message
     done, events, _ = run_lanes(tmp_path, {**plan, "runs": [["a", "0"]]})
     assert done.returncode == 2
     assert message in done.stderr
-    assert events == []
+    assert [e["kind"] for e in events] == ["plan"]        # nothing but the dry run
 
 
 @pytest.mark.parametrize("args", [[], ["grid.py"]])

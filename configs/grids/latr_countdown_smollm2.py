@@ -4,11 +4,14 @@ rollouts vs the hybrid, SmolLM2-135M-Instruct on Countdown with reasoning
 is docs/results.md, "LATR where it belongs".
 
     python -m launch.compare --grid=configs/grids/latr_countdown_smollm2.py \
-        --out=/tmp/latr_countdown_smollm2
-    LANES=1 bash launch/grid_lanes.sh configs/grids/latr_countdown_smollm2.py \
-        /tmp/latr_countdown_smollm2       # the same as one lane; 24 GB holds one
+        --out=/tmp/latr_countdown_smollm2 --records=docs/grids/latr_countdown_smollm2
+    RECORDS=docs/grids/latr_countdown_smollm2 LANES=1 bash launch/grid_lanes.sh \
+        configs/grids/latr_countdown_smollm2.py /tmp/latr_countdown_smollm2
+        # the same as one lane; 24 GB holds one
 
-Both resume an interrupted grid when run again with the same output directory.
+Both resume an interrupted grid when run again with the same output directory, and restore
+the finished runs whose records are committed in docs/grids/latr_countdown_smollm2 (running
+only the others).
 
 One warm start for every variant (the config's 40 SFT steps on demonstrations that reason before
 they answer), then 10 GRPO steps of 2 tasks x 8 rollouts of up to 400 tokens, the same 16

@@ -3,11 +3,14 @@ FrozenLake 4x4 with chat prompts, SmolLM2-135M-Instruct (configs/frozen_lake_smo
 the tiny model's table is configs/grids/patr_frozen_lake.py.
 
     python -m launch.compare --grid=configs/grids/patr_frozen_lake_smollm2.py \
-        --out=/tmp/patr_frozen_lake_smollm2
-    LANES=1 bash launch/grid_lanes.sh configs/grids/patr_frozen_lake_smollm2.py \
-        /tmp/patr_frozen_lake_smollm2        # the same as one lane; 24 GB holds one
+        --out=/tmp/patr_frozen_lake_smollm2 --records=docs/grids/patr_frozen_lake_smollm2
+    RECORDS=docs/grids/patr_frozen_lake_smollm2 LANES=1 bash launch/grid_lanes.sh \
+        configs/grids/patr_frozen_lake_smollm2.py /tmp/patr_frozen_lake_smollm2
+        # the same as one lane; 24 GB holds one
 
-Both resume an interrupted grid when run again with the same output directory.
+Both resume an interrupted grid when run again with the same output directory, and restore
+the finished runs whose records are committed in docs/grids/patr_frozen_lake_smollm2 (running
+only the others).
 
 One warm start for every variant (the config's 8 SFT steps on oracle demonstrations), then 10
 steps of 2 lakes x 8 trajectories: GRPO samples 8 independent episodes per lake; the trees start 4

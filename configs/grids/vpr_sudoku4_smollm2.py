@@ -3,11 +3,14 @@ prompt, SmolLM2-135M-Instruct (configs/sudoku4_smollm2.py), 3 seeds; the tiny mo
 configs/grids/vpr_sudoku4.py.
 
     python -m launch.compare --grid=configs/grids/vpr_sudoku4_smollm2.py \
-        --out=/tmp/vpr_sudoku4_smollm2
-    LANES=1 bash launch/grid_lanes.sh configs/grids/vpr_sudoku4_smollm2.py \
-        /tmp/vpr_sudoku4_smollm2          # the same as one lane; 24 GB holds one
+        --out=/tmp/vpr_sudoku4_smollm2 --records=docs/grids/vpr_sudoku4_smollm2
+    RECORDS=docs/grids/vpr_sudoku4_smollm2 LANES=1 bash launch/grid_lanes.sh \
+        configs/grids/vpr_sudoku4_smollm2.py /tmp/vpr_sudoku4_smollm2
+        # the same as one lane; 24 GB holds one
 
-Both resume an interrupted grid when run again with the same output directory.
+Both resume an interrupted grid when run again with the same output directory, and restore
+the finished runs whose records are committed in docs/grids/vpr_sudoku4_smollm2 (running
+only the others).
 
 One warm start for both variants (the config's 16 SFT steps on oracle demonstrations), then 8
 steps of 2 puzzles x 8 rollouts with GRPO's loss; the variants differ in the reward and the

@@ -5,7 +5,8 @@ The command-line front-end is `launch.compare`; the grid file format is document
 `launch.train` would build from it (`grid.load_grid`); it is turned into runs (`plan.plan_runs`),
 checked against what earlier invocations recorded (`runs.check_recorded`), executed one process
 at a time by a pluggable runner (`runs.execute`) and aggregated into `results.md`, `results.json`
-and `curves_<metric>.png` (`results.aggregate`, `results.write_results`).
+and `curves_<metric>.png` (`results.aggregate`, `results.write_results`). Finished runs' records can
+be kept apart from their checkpoints and restored on another machine (`records`).
 `job.run_compare` does all of it and returns the exit status.
 
 A runner is any callable `runner(argv, workdir, log_path) -> int` (the exit status); the default,
@@ -23,6 +24,9 @@ Layout of an output directory:
                                           artifact.json and log.txt; `{artifact:<name>}` in an
                                           override is this directory
     <out>/results.md, results.json, curves_<metric>.png
+    <records>/<variant>/seed_<s>/         with --records: a finished run's metrics.jsonl,
+                                          train_summary.json, config.json and run.json
+                                          (`records`)
 """
 
 from jaxtree.compare.grid import DEFAULT_METRICS, Grid, GridError, ReachSpec, load_grid, \

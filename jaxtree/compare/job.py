@@ -10,6 +10,7 @@ from typing import Callable, Sequence, TextIO
 
 from jaxtree.compare.grid import GridError, load_grid
 from jaxtree.compare.plan import Run, plan_runs
+from jaxtree.compare.records import has_record, record_seeds, restore_records, save_record
 from jaxtree.compare.results import aggregate, aggregation_seeds, markdown_table, \
     metric_file_name, reach_table, write_results
 from jaxtree.compare.runner import Runner, SubprocessRunner, as_runner, stop_requested
@@ -29,12 +30,17 @@ def parse_seeds(values: Sequence[str] | None) -> tuple[int, ...] | None:
     return seeds
 
 
-def print_plan(todo: Sequence[Run], say: Callable[[str], None]) -> None:
+def print_plan(todo: Sequence[Run], say: Callable[[str], None], records: str | None = None
+               ) -> None:
     """--dry_run: each run's state and, unless finished, its command (and those of the warm start
-and artifacts it needs)."""
+and artifacts it needs). A run that `records` holds finished and its directory holds nothing of
+is shown finished: a real invocation restores it instead of running it."""
     shown = set()
     for run in todo:
         state = run_state(run)
+        if records and state == "new" and has_record(records, run):
+            say(f"# {run.label}: finished (skipped; restored from the records)")
+            continue
         needed = run.artifacts + ([run.warm_start] if run.warm_start is not None else [])
         for ws in needed if state != "finished" else ():
             if (ws.WHAT, ws.key) in shown:
@@ -52,9 +58,13 @@ and artifacts it needs)."""
 def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] | None = None,
                 seeds: Sequence[str] | None = None, aggregate_only: bool = False,
                 dry_run: bool = False, runner: Runner | None = None,
+                records: str | None = None,
                 stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """The whole `launch.compare` job. Returns the exit status: 0, 1 (some run failed), 2 (bad
-    input or a refusal, reported in one line on `stderr`) or 130 (stopped by a signal)."""
+    input or a refusal, reported in one line on `stderr`) or 130 (stopped by a signal).
+
+    `records`: a directory of finished runs' records (`jaxtree.compare.records`): restored into
+    empty run directories first, and each run's record saved there once it is finished."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     runner = as_runner(runner or SubprocessRunner(echo=stdout))
@@ -77,20 +87,30 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
             selected = [v for v in grid.variants if v in set(only)]
         run_seeds = parse_seeds(seeds)
         todo = plan_runs(grid, out, selected, run_seeds)
-        # Aggregation covers every variant and every seed planned now or found under <out>.
+        # Aggregation covers every variant and every seed planned now, found under <out> or
+        # held by the records.
         all_runs = [r for v in grid.variants
-                    for r in plan_runs(grid, out, [v],
-                                       aggregation_seeds(grid, out, v, run_seeds or ()))]
+                    for r in plan_runs(grid, out, [v], aggregation_seeds(
+                        grid, out, v, tuple(run_seeds or ()) +
+                        tuple(record_seeds(records, v) if records else ())))]
+        if dry_run:
+            check_recorded(all_runs, ("finished",), out)
+            check_recorded(todo, ("finished", "resume"), out)
+            print_plan(todo, say, records)
+            return 0
+        if records:
+            restore_records(all_runs, records, say)
         check_recorded(all_runs, ("finished",), out)
         if not aggregate_only:
             check_recorded(todo, ("finished", "resume"), out)
-        if dry_run:
-            print_plan(todo, say)
-            return 0
         failures: list[Failure] = []
         if not aggregate_only:
             with OutputLock(os.path.abspath(out)):
-                failures = execute(todo, runner, say)
+                failures = execute(todo, runner, say, on_finished=(
+                    (lambda run: save_record(records, run)) if records else None))
+        if records:
+            for run in all_runs:  # also those finished before --records was given
+                save_record(records, run)
         results = aggregate(grid, all_runs)
         write_results(results, os.path.abspath(out))
     except GridError as e:

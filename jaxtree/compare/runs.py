@@ -187,9 +187,10 @@ def _run_failure(run: Run, rc: int, log_path: str) -> Failure | None:
     return None
 
 
-def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = print
-            ) -> list[Failure]:
-    """Runs what is not finished, one at a time, in order; returns the failures."""
+def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = print,
+            on_finished: Callable[[Run], None] | None = None) -> list[Failure]:
+    """Runs what is not finished, one at a time, in order; returns the failures. `on_finished`
+    is called with each run this call finished, as soon as it has."""
     failures: list[Failure] = []
     failed_warm: dict[str, Failure] = {}
     for i, run in enumerate(runs, 1):
@@ -242,6 +243,8 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
         failure = _run_failure(run, rc, log_path)
         if failure is None:
             say(f"{prefix}: finished")
+            if on_finished is not None:
+                on_finished(run)
         else:
             failures.append(failure)
             say(failure.report())

@@ -77,6 +77,8 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
             raise GridError("--grid is required")
         if not out:
             raise GridError("--out is required")
+        if records and os.path.exists(records) and not os.path.isdir(records):
+            raise GridError(f"--records {records} is not a directory")
         grid = load_grid(grid_path)
         selected = list(grid.variants)
         if only:

@@ -436,7 +436,8 @@ def test_records_carry_finished_runs_to_a_fresh_output_directory(tmp_path):
     assert "0.5" in metrics.read_text()
     (tmp_path / "a_file").write_text("")
     rc, _, err = run(grid, tmp_path / "fresh", FakeRunner(), records=str(tmp_path / "a_file"))
-    assert rc == 2 and err == f"compare: error: --records {tmp_path / 'a_file'} is not a directory\n"
+    assert rc == 2
+    assert err == f"compare: error: --records {tmp_path / 'a_file'} is not a directory\n"
     # Records made with other overrides are refused like any finished run.
     make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.05}, "b": {"loss.kl_coef": 0.1}})
     rc, _, err = run(grid, tmp_path / "other", FakeRunner(), records=records)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import glob
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -90,3 +92,37 @@ def free_space(path: str) -> str:
             return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
         free /= 1024
     return "unknown"
+
+
+def processor() -> dict[str, str]:
+    """The processor floats are computed on: {'processor': its model name, 'arch', 'simd': its
+    vector extensions, 'caches': its data cache sizes}, as Linux reports them (the platform's
+    names elsewhere). XLA:CPU picks vector widths and block sizes by these, so two machines
+    give bit-identical runs only when they agree on them (docs/design.md)."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = value.split()
+                    break
+    except OSError:
+        pass
+    caches = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(index, "level")) as level, \
+                    open(os.path.join(index, "type")) as kind, \
+                    open(os.path.join(index, "size")) as size:
+                kind_name = kind.read().strip()
+                if kind_name != "Instruction":
+                    caches.append(f"L{level.read().strip()}{'d' if kind_name == 'Data' else ''} "
+                                  f"{size.read().strip()}")
+        except OSError:
+            continue
+    simd = sorted(f for f in flags if f.startswith(("sse", "avx", "fma", "amx")))
+    return {"processor": model, "arch": platform.machine(), "simd": " ".join(simd),
+            "caches": ", ".join(caches)}

@@ -17,6 +17,16 @@ recorded 2 steps from the same warm start, and the present ones come from the on
 (the digests' programs trace and compile about three times faster; a 16-step warm start writes no
 legal FrozenLake move, which leaves most cases' advantages zero). Record again only when a change
 is meant to change the numbers, and say which.
+
+Float results depend on the machine as well as the code: XLA:CPU and the kernels it calls choose
+vector widths and block sizes by the processor, so the same program sums in another order on
+another processor. The digests recorded on an AMD EPYC (AVX2, 32 MiB L3) and run on an Intel Xeon
+with AVX-512 (48 KiB L1d, 480 MiB L3) differed from the first update on by float rounding (the
+largest metric difference 1.2e-5 relative, a gradient norm; every count equal). So a recording
+names the machine that made it (`machine()`: processor, vector extensions, caches, jaxlib, XLA
+flags); on that machine a fresh run must match it bit for bit, on any other within float
+tolerance (metrics to RTOL/ATOL, and each parameter's update norm, |final - warm start|, to
+RTOL), which a changed computation does not pass.
 """
 
 from __future__ import annotations
@@ -35,6 +45,11 @@ from jaxtree.models.lora import content_hash  # noqa: E402
 
 STEPS = 2
 DIGESTS = os.path.join(ROOT, "tests", "data", "pipeline_digests.json")
+# Float tolerance on a machine other than the recording one: about 8x the largest difference
+# measured between two processors (a gradient norm, 1.2e-5 relative) and between two sets of XLA
+# flags on one processor (an update norm, 1.3e-5), and ATOL for metrics that are zero up to
+# rounding (a KL of identical policies, ~1e-14; a clipped-ratio loss, ~1e-8).
+RTOL, ATOL = 1e-4, 1e-6
 
 # Countdown (one turn) at toy size for LATR: k = 4 rows per task, answers of at most 16 tokens.
 _COUNTDOWN = {
@@ -136,6 +151,24 @@ def params_digest(params) -> str:
     return content_hash(params)
 
 
+def update_norms(initial, final) -> dict[str, float]:
+    """{parameter path: |final - initial|} (float64): what the steps changed, leaf by leaf."""
+    import jax
+    import numpy as np
+    start = dict(jax.tree_util.tree_flatten_with_path(initial)[0])
+    return {jax.tree_util.keystr(path): float(np.linalg.norm(
+                np.asarray(leaf, np.float64) - np.asarray(start[path], np.float64)))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(final)[0]}
+
+
+def machine() -> dict[str, str]:
+    """What a digest's floats depend on besides the code: the processor, jaxlib and XLA flags."""
+    import jaxlib.version
+    from jaxtree.utils import processor
+    return {**processor(), "jaxlib": jaxlib.version.__version__,
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
 def deterministic(records: list[dict]) -> list[dict]:
     """The metric records without wall-clock measurements."""
     from jaxtree.rollout.stats import TIMING_METRICS
@@ -144,16 +177,20 @@ def deterministic(records: list[dict]) -> list[dict]:
 
 
 def run_case(name: str, warm_start: dict[str, str], workdir: str) -> dict:
-    """{'metrics': per-step deterministic metrics, 'params': final parameter digest}."""
+    """{'metrics': per-step deterministic metrics, 'params': final parameter digest,
+    'update_norms': update_norms(warm start, final)}."""
     from jaxtree.checkpoints import load_policy_checkpoint
     from jaxtree.train import jobs
     from jaxtree.train.metrics import read_metrics
-    result = jobs.train_job(case_config(name, warm_start), workdir)
+    config = case_config(name, warm_start)
+    result = jobs.train_job(config, workdir)
     assert result is not None and result["step"] == STEPS, result
     params = load_policy_checkpoint(workdir)[1]
+    initial = load_policy_checkpoint(config.model.name)[1]
     # JSON round trip: the stored form (floats as repr, exact)
     return json.loads(json.dumps({"metrics": deterministic(read_metrics(workdir)),
-                                  "params": params_digest(params)}))
+                                  "params": params_digest(params),
+                                  "update_norms": update_norms(initial, params)}))
 
 
 # Metrics a run logs only when its experiment reads the per-turn label they count (the first
@@ -161,10 +198,19 @@ def run_case(name: str, warm_start: dict[str, str], workdir: str) -> dict:
 ONLY_WHEN_READ = {"rollout/verified_rate": "verified"}
 
 
-def differences(stored: dict, fresh: dict, reads: set[str] = frozenset()) -> list[str]:
+def _close(new, old, rtol: float, atol: float = 0.0) -> bool:
+    numbers = (int, float)
+    if isinstance(new, numbers) and isinstance(old, numbers) and not isinstance(new, bool):
+        return abs(new - old) <= atol + rtol * abs(old)
+    return new == old
+
+
+def differences(stored: dict, fresh: dict, reads: set[str] = frozenset(),
+                exact: bool = True) -> list[str]:
     """What a fresh digest changed: every stored metric that differs or is missing (unless it
     is one of ONLY_WHEN_READ and its label is not in `reads`), and the parameters (metrics a
-    run adds beyond the stored ones are not differences)."""
+    run adds beyond the stored ones are not differences). `exact`: bit for bit (the recording
+    machine); else numbers within RTOL/ATOL and parameter updates within RTOL."""
     out = []
     if len(fresh["metrics"]) != len(stored["metrics"]):
         out.append(f"{len(fresh['metrics'])} metric records, stored {len(stored['metrics'])}")
@@ -174,41 +220,62 @@ def differences(stored: dict, fresh: dict, reads: set[str] = frozenset()) -> lis
                 continue
             if key not in new:
                 out.append(f"step {old.get('step')}: {key} missing")
-            elif new[key] != value:
+            elif (new[key] != value) if exact else not _close(new[key], value, RTOL, ATOL):
                 out.append(f"step {old.get('step')}: {key} {new[key]!r}, stored {value!r}")
-    if fresh["params"] != stored["params"]:
-        out.append("final parameters differ")
+    if exact:
+        if fresh["params"] != stored["params"]:
+            out.append("final parameters differ")
+        return out
+    if set(fresh["update_norms"]) != set(stored["update_norms"]):
+        out.append("the parameter leaves differ")
+    for path, value in stored["update_norms"].items():
+        if path in fresh["update_norms"] and not _close(fresh["update_norms"][path], value, RTOL):
+            out.append(f"update of {path}: |change| {fresh['update_norms'][path]!r}, "
+                       f"stored {value!r}")
     return out
+
+
+def load_digests() -> dict:
+    """{'machine': the recording machine, 'cases': {case: digest}} (empty before a recording)."""
+    if not os.path.exists(DIGESTS):
+        return {"machine": {}, "cases": {}}
+    with open(DIGESTS) as f:
+        return json.load(f)
 
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in ("--write", "--check"):
         raise SystemExit(__doc__)
     names = argv[1:] or list(CASES)
-    stored = {}
-    if os.path.exists(DIGESTS):
-        with open(DIGESTS) as f:
-            stored = json.load(f)
+    digests, here = load_digests(), machine()
+    exact = digests["machine"] == here
+    if argv[0] == "--write" and not exact and set(names) != set(CASES):
+        raise SystemExit("this machine did not record the digests: record every case "
+                         "(python tests/pipeline_digests.py --write), not some")
+    if argv[0] == "--check":
+        print("bit for bit (the recording machine)" if exact else
+              f"within float tolerance (recorded on {digests['machine'].get('processor')})")
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         warm_start = warm_starts(tmp)
         for name in names:
             fresh = run_case(name, warm_start, os.path.join(tmp, name))
             if argv[0] == "--write":
-                stored[name] = fresh
+                digests["cases"][name] = fresh
                 print(name, fresh["params"][:16], flush=True)
             else:
-                diff = differences(stored[name], fresh, case_reads(name, warm_start))
+                diff = differences(digests["cases"][name], fresh, case_reads(name, warm_start),
+                                   exact)
                 failed |= bool(diff)
                 print(name, "same" if not diff else "DIFFERS: " + "; ".join(diff[:5]),
                       flush=True)
     if argv[0] == "--write":
+        digests["machine"] = here
         os.makedirs(os.path.dirname(DIGESTS), exist_ok=True)
         with open(DIGESTS, "w") as f:
-            json.dump(stored, f, indent=1, sort_keys=True)
+            json.dump(digests, f, indent=1, sort_keys=True)
             f.write("\n")
     raise SystemExit(1 if failed else 0)
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from jaxtree import compare
+from jaxtree.utils import processor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -338,6 +339,7 @@ def test_warm_starts_are_shared_and_linked(tmp_path):
     record = json.loads((tmp_path / "out" / "runs" / "c" / "seed_0" / "run.json").read_text())
     assert record["overrides"] == {"sft.epsilon": 0.5, "train.seed": 0}
     assert record["warm_start"] == os.path.basename(links["c"])
+    assert record["machine"] == processor()  # runs are bit-identical only on the same processor
     ws = json.loads((tmp_path / "out" / "warm_starts" / record["warm_start"] /
                      "warm_start.json").read_text())
     assert ws["complete"] and ws["overrides"] == {"sft.epsilon": 0.5}

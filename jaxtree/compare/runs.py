@@ -15,6 +15,7 @@ from jaxtree.compare.plan import Run, WarmStart, jsonable
 from jaxtree.compare.runner import Runner, log_tail, stop_requested
 from jaxtree.train.metrics import METRICS_FILE
 from jaxtree.train.workdir import WorkdirError, WorkdirLock
+from jaxtree.utils import processor
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
@@ -229,7 +230,9 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
             link_warm_start(run)
         run_file = os.path.join(run.workdir, RUN_FILE)
         attempts = int((read_json(run_file) or {}).get("attempts", 0)) + 1
-        record = {**run.record(), "attempts": attempts, "started": _timestamp()}
+        # the processor too: runs are bit-identical only on the same one (docs/design.md)
+        record = {**run.record(), "attempts": attempts, "started": _timestamp(),
+                  "machine": processor()}
         write_json(run_file, record)
         say(f"{prefix}: {'resuming' if state == 'resume' else 'starting'}: {shlex.join(run.argv)}")
         log_path = os.path.join(run.workdir, LOG_FILE)

@@ -20,7 +20,7 @@ is meant to change the numbers, and say which.
 
 Float results depend on the machine as well as the code: XLA:CPU and the kernels it calls choose
 vector widths and block sizes by the processor, so the same program sums in another order on
-another processor. The digests recorded on an AMD EPYC (AVX2, 32 MiB L3) and run on an Intel Xeon
+another processor. The digests recorded on an AMD EPYC (32 MiB L3) and run on an Intel Xeon
 with AVX-512 (48 KiB L1d, 480 MiB L3) differed from the first update on by float rounding (the
 largest metric difference 1.2e-5 relative, a gradient norm; every count equal). So a recording
 names the machine that made it (`machine()`: processor, vector extensions, caches, jaxlib, XLA
@@ -276,6 +276,7 @@ def main(argv: list[str]) -> None:
             json.dump(digests, f, indent=1, sort_keys=True)
             f.write("\n")
     raise SystemExit(1 if failed else 0)
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -38,11 +38,11 @@ from jaxtree import models  # noqa: E402
 # --no-loadscope-reorder: xdist would otherwise order files by their number of tests); starting
 # with the longest files (longest-processing-time-first) keeps the two workers' loads even, so
 # the suite ends when both finish rather than after one worker's tail of long files.
-SLOW_FILES = ("test_pipeline_digests.py", "test_prefix_update.py", "test_benchmarks.py",
-              "test_lora.py", "test_job_faults.py", "test_latr.py", "test_gguf.py",
-              "test_multihost.py", "test_trainer.py", "test_rollout.py", "test_launch.py",
-              "test_train.py", "test_sampler.py", "test_token_scores.py", "test_sft.py",
-              "test_model_parity.py", "test_patr.py", "test_latr_rollout.py",
+SLOW_FILES = ("test_readme_commands.py", "test_pipeline_digests.py", "test_prefix_update.py",
+              "test_benchmarks.py", "test_lora.py", "test_job_faults.py", "test_latr.py",
+              "test_gguf.py", "test_multihost.py", "test_trainer.py", "test_rollout.py",
+              "test_launch.py", "test_train.py", "test_sampler.py", "test_token_scores.py",
+              "test_sft.py", "test_model_parity.py", "test_patr.py", "test_latr_rollout.py",
               "test_composition.py", "test_compare.py", "test_launch_errors_eval.py",
               "test_losses.py", "test_serve.py", "test_advantages.py", "test_protocol.py",
               "test_mini_swe.py", "test_evaluation.py", "test_edit_distance.py",

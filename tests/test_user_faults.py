@@ -6,7 +6,6 @@ jobs and their parts in this process; the few that are about the exit status and
 run as launch jobs forked from one preloaded process (toy_run.run_module_jobs)."""
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -14,8 +13,6 @@ import threading
 
 import numpy as np
 import pytest
-from absl import flags as absl_flags
-from ml_collections import config_flags
 
 from jaxtree import checkpoints
 from jaxtree.config import ConfigError
@@ -24,8 +21,6 @@ from jaxtree.train import jobs
 from jaxtree.train import workdir as workdir_lib
 from jaxtree.train.metrics import MetricsWriter, read_jsonl, read_metrics
 from jaxtree.train.workdir import WorkdirError, WorkdirLock, WorkdirVanished
-from launch.common import apply_free_form_overrides, resolve_config_path, \
-    split_free_form_overrides
 from toy_run import CONFIG_FILE, ROOT, assert_one_line_error, run_module_jobs, start_job, \
     toy_config, wait_jobs
 
@@ -320,67 +315,3 @@ def test_opening_checkpoints_leaves_no_background_thread(tmp_path, monkeypatch):
     assert saver.latest_step() is None
     saver.close()
     assert started == [] and not stale.exists()
-
-
-# ----------------------------------------------------------------------------- the README
-
-def _readme_method_commands() -> list[list[str]]:
-    """The arguments of each command in README.md's block of method commands."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        text = f.read()
-    block = text.split("<!-- method commands")[1].split("```bash")[1].split("```")[0]
-    return [shlex.split(line)[3:] for line in block.splitlines()
-            if line.startswith("python -m launch.train ")]
-
-
-def _command_config(args: list[str]):
-    """The config `launch.train args` would run, parsed by the flags machinery it uses."""
-    values = absl_flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True)
-    absl_flags.DEFINE_string("workdir", None, "", flag_values=values)
-    args = [f"--config={resolve_config_path(a[len('--config='):])}"
-            if a.startswith("--config=") else a for a in args]
-    args, free_form = split_free_form_overrides(args)
-    saved = sys.argv
-    sys.argv = ["launch.train", *args]  # config_flags reads its overrides from sys.argv
-    try:
-        values(sys.argv)
-    finally:
-        sys.argv = saved
-    apply_free_form_overrides(values.config, free_form)
-    return values.config
-
-
-METHODS = {"grpo": ("advantage.name", "grpo"), "dapo": ("filter.name", "dynamic_sampling"),
-           "drgrpo": ("advantage.name", "drgrpo"), "rloo": ("advantage.name", "rloo"),
-           "latr": ("rollout.strategy", "latr"), "patr": ("rollout.strategy", "patr"),
-           "tree_random": ("rollout.patr.selection", "random"),
-           "arpo": ("rollout.strategy", "arpo"), "best_of_n": ("rollout.strategy", "best_of_n"),
-           "beam": ("rollout.strategy", "beam"), "lookahead": ("rollout.strategy", "lookahead"),
-           "rtmc": ("advantage.name", "rtmc"), "gigpo": ("advantage.name", "gigpo"),
-           "vpr": ("advantage.name", "vpr"), "mcpr": ("rollout.strategy", "mc_values")}
-
-
-def test_every_readme_method_command_passes_the_launch_checks_as_written():
-    """Item 14: README.md gives one command per method (RTMC included), and each one as written
-    passes every check launch.train makes before it works (TSR's beam and lookahead had too
-    few slots), with its method's setting in effect. Training each method is
-    tests/pipeline_digests.py's (every strategy and advantage estimator, two steps)."""
-    from jaxtree.train.pipeline import check_experiment
-    commands = _readme_method_commands()
-    by_method = {}
-    for args in commands:
-        workdir = next(a for a in args if a.startswith("--workdir="))
-        by_method[workdir.rsplit("/m_", 1)[1]] = args
-    assert set(by_method) == set(METHODS), sorted(by_method)
-    for method, args in by_method.items():
-        config = _command_config(args)
-        exp = Experiment.from_config(config)
-        check_experiment(exp)
-        jobs.check_prompts(exp)
-        field, value = METHODS[method]
-        section, *rest = field.split(".")
-        settings = exp.to_dict()[section]
-        for key in rest:
-            settings = settings[key]
-        assert settings == value, (method, field, settings)

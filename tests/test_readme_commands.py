@@ -2,10 +2,11 @@
 
 README.md gives one `launch.train` command per method (the block under `<!-- method commands`).
 Each runs here as its line says, parsed by the flags machinery launch.train uses, with a one-step
-budget appended (BUDGET: steps, warm-start length, rollouts per step, evaluation size; sizes only,
-no method setting), after the command as written has passed every check launch.train makes
-before it starts work: a command that fails when a new user pastes it (TSR's beam and lookahead
-once had too few slots for their searches) fails here, at its launch checks or in its first step.
+budget appended (BUDGET: steps, warm-start length, rollouts per step, evaluation size and the tiny
+model's depth; sizes only, no method setting), after the command as written has passed every
+check launch.train makes before it starts work: a command that fails when a new user pastes it
+(TSR's beam and lookahead once had too few slots for their searches) fails here, at its launch
+checks or in its first step.
 Commands whose warm starts are configured alike share one warm start, linked as each run's `sft`
 the way launch.compare's grids share theirs. The methods themselves are trained and checked
 elsewhere (tests/pipeline_digests.py: every strategy and advantage estimator, two steps)."""
@@ -26,10 +27,12 @@ from jaxtree.train.metrics import read_metrics
 from jaxtree.train.pipeline import check_experiment
 from launch.common import apply_free_form_overrides, resolve_config_path, \
     split_free_form_overrides
-from toy_run import ROOT
+from toy_run import ROOT, one_layer_policy
 
 # One step of one group of two rollouts, a two-step warm start on 8 demonstrations, a held-out
-# evaluation of one task: what every method's first step needs, and no more.
+# evaluation of one task, and the tiny model with one decoder block instead of four (`model.name`,
+# set to `one_layer_policy`'s checkpoint by the fixture: its programs trace and compile about three
+# times faster): what every method's first step needs, and no more.
 BUDGET = {"train.steps": 1, "rollout.groups_per_step": 1, "rollout.group_size": 2,
           "train.micro_batch_size": 2, "sft.steps": 2, "sft.warmup_steps": 1,
           "sft.num_episodes": 8, "eval.num_tasks": 1, "eval.samples_per_task": 1,
@@ -98,8 +101,10 @@ def test_the_readme_gives_one_command_per_method():
 @pytest.fixture(scope="module")
 def warm_starts(tmp_path_factory):
     """{warm-start key: directory}, filled as the runs need them: one warm start per distinct
-    (env, model, sft) configuration among the commands."""
-    return {"root": str(tmp_path_factory.mktemp("readme_warm_starts"))}
+    (env, model, sft) configuration among the commands; and under "model" the one-block tiny
+    model they start from."""
+    root = tmp_path_factory.mktemp("readme_warm_starts")
+    return {"root": str(root), "model": one_layer_policy(str(root / "one_layer"))}
 
 
 def _warm_start(config, warm_starts: dict) -> str:
@@ -120,7 +125,8 @@ def test_each_readme_method_command_trains_a_step_as_written(method, warm_starts
     exp = Experiment.from_config(command_config(args))
     check_experiment(exp)
     jobs.check_prompts(exp)
-    budget = [f"--config.{field}={value}" for field, value in BUDGET.items()]
+    budget = [f"--config.{field}={value}"
+              for field, value in {**BUDGET, "model.name": warm_starts["model"]}.items()]
     config = command_config(args + budget)
     workdir = str(tmp_path / f"m_{method}")
     os.makedirs(workdir)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_reference import CHATML, SPECIALS, WORDS, build_chatml_tokenizer
+from hf_reference import SPECIALS, WORDS, build_chatml_tokenizer
 from jaxtree.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------------------------------

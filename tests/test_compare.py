@@ -560,6 +560,36 @@ def test_steps_to_reach_the_reference_peak_hand_checked(tmp_path, reference):
     assert "| variant | reached | step (of those) | speed-up |" in out   # printed too
 
 
+@pytest.mark.parametrize("reference", ["a", "b"])
+def test_steps_to_reach_the_reference_final_value_hand_checked(tmp_path, reference):
+    """CURVES by hand, the reference's last evaluation as the target. Reference a: its finals
+    are 0.6 (seed 0, first reached at step 2 with 0.7) and 0.8 (seed 1, step 4); a reaches
+    them there, b (at most 0.5) never. Reference b: its finals are its peaks (0.3 and 0.5, both
+    first at step 4), which a reaches at step 2: 2x, as with the peak."""
+    grid = make_grid(tmp_path, reach={"metric": "eval/success_rate", "reference": reference})
+    rc, out, _ = run(grid, tmp_path / "out")
+    assert rc == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    final = results["reach_final"]
+    assert (final["metric"], final["reference"], final["target"]) == (
+        "eval/success_rate", reference, "final")
+    a, b = final["variants"]["a"], final["variants"]["b"]
+    table = (tmp_path / "out" / "results.md").read_text()
+    if reference == "a":
+        assert a["seeds"]["0"] == {"target": 0.6, "reference_step": 2, "step": 2, "last_step": 4}
+        assert a["seeds"]["1"] == {"target": 0.8, "reference_step": 4, "step": 4, "last_step": 4}
+        assert (a["reached"], a["speedup"]["mean"]) == (2, 1.0)
+        assert (b["reached"], b["compared"]) == (0, 2)
+        assert "| b | 0/2 | – | – | seed 0: 0.600, 2 → not by 4; seed 1: 0.800, 4 → not by 4 |" \
+            in table
+    else:
+        assert a["seeds"]["0"] == {"target": 0.3, "reference_step": 4, "step": 2, "last_step": 4}
+        assert (a["reached"], a["step"]["mean"], a["speedup"]["mean"]) == (2, 2.0, 2.0)
+        assert final["variants"] == results["reach"]["variants"]  # b's finals are its peaks
+    assert "Steps to reach " + reference + "'s final eval/success_rate" in table
+    assert out.count("| variant | reached | step (of those) | speed-up |") == 2  # both printed
+
+
 def test_reaching_a_lower_is_better_target_and_step_zero():
     """Lower is better: the target is the reference's minimum; reaching it at step 0 (the
     evaluation every variant shares) gives a step but no speed-up."""

@@ -29,7 +29,8 @@ Metrics: held-out pass@1 and pass@8 (16 tasks x 8 samples at steps 0, 5 and 10);
 step the rollouts' pass@1, distinct final answers per group, response length (tokens per answer)
 and the policy's entropy (nats per action token). The acceleration measure (`reach`, LATR §4.3:
 the step at which a variant first reaches the held-out pass@1 at which independent sampling
-peaks, per seed) reads the evaluations, so it resolves 5 steps.
+peaks, per seed; and the step at which it reaches independent sampling's final pass@1) reads the
+evaluations, so it resolves 5 steps.
 
 Budget on the 2-core CPU: estimated before running, a step is ~16 rollouts of ~250 tokens (the
 sampling study's 16.5 s a group of 8 on two cores, so ~1 min on one) plus an update and reference

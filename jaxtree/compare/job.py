@@ -120,9 +120,11 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
         return 2
     say("")
     say(markdown_table(results))
-    if results["reach"]:
-        say("")
-        say(reach_table(results["reach"]))
+    for key, target in (("reach", "peak"), ("reach_final", "final")):
+        reach = results.get(key)
+        if reach:
+            say(f"\nsteps to reach {reach['reference']}'s {target} {reach['metric']}:")
+            say(reach_table(reach))
     say(f"\nwrote {os.path.join(out, 'results.md')}, results.json and "
         f"{', '.join(metric_file_name(m) for m in grid.metrics)}")
     if stop_requested(runner):

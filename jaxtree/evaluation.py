@@ -279,16 +279,10 @@ def evaluate(engine: SlotEngine, params, config: EvalConfig) -> EvalResult:
 def evaluation_engine(model_config, tokenizer: Tokenizer, make_env: Callable[[], TextEnv],
                       rollout: RolloutConfig, config: EvalConfig) -> SlotEngine:
     """A slot engine for held-out evaluation: `rollout`'s settings sampling at
-    `config.temperature`, recording the labels the metrics read (EVAL_LABELS), with no more
-    slots than the evaluation has episodes (`num_tasks` x `samples_per_task`): a search's
-    rollout engine holds a slot per beam and candidate (TSR's lookahead: 1,024 for 64 rollouts),
-    while an evaluation plays independent episodes, so more slots than episodes would only hold
-    KV cache that no episode uses."""
+    `config.temperature`, recording the labels the metrics read (EVAL_LABELS)."""
     sampling = SamplingConfig(config.temperature, rollout.sampling.top_k, rollout.sampling.top_p)
-    slots = min(rollout.num_slots, config.num_tasks * config.samples_per_task)
     return SlotEngine(model_config, tokenizer, make_env,
-                      dataclasses.replace(rollout, sampling=sampling, num_slots=slots),
-                      TurnLabeler(EVAL_LABELS))
+                      dataclasses.replace(rollout, sampling=sampling), TurnLabeler(EVAL_LABELS))
 
 
 class Evaluator:

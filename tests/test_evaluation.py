@@ -83,23 +83,6 @@ def test_training_and_evaluation_seeds_are_disjoint():
     assert eval_seeds(3) == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]
 
 
-def test_the_evaluation_engine_has_no_more_slots_than_episodes_and_plays_the_same_ones(tiny):
-    """A rollout engine of 16 slots (a search's many) evaluating 2 tasks x 2 samples: the
-    evaluation engine holds 4 slots, and its episodes are those a 16-slot engine plays (each
-    episode's key is its own, not its slot's)."""
-    config, params = tiny
-    rollout = RolloutConfig(num_slots=16, context_length=256, max_action_tokens=6)
-    small = EvalConfig(num_tasks=2, samples_per_task=2, transcripts=4)
-    engine = evaluation.evaluation_engine(config, ByteTokenizer(), frozen_lake, rollout, small)
-    assert engine.rollout.num_slots == 4
-    wide = evaluation.evaluation_engine(config, ByteTokenizer(), frozen_lake, rollout,
-                                        EvalConfig())  # 200 x 4 episodes: all 16 slots
-    assert wide.rollout.num_slots == 16
-    mine, reference = (evaluation.evaluate(e, params, small) for e in (engine, wide))
-    assert mine.metrics == reference.metrics
-    assert [t.turns for t in mine.transcripts] == [t.turns for t in reference.transcripts]
-
-
 def test_evaluate_returns_transcripts_of_its_episodes(tiny, tmp_path):
     """The transcripts are the first sample of each task, then the second ones; replaying their
     actions in a fresh environment gives exactly their replies, return and outcome."""

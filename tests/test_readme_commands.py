@@ -98,23 +98,28 @@ def test_the_readme_gives_one_command_per_method():
     assert set(COMMANDS) == set(METHODS), sorted(COMMANDS)
 
 
+class WarmStarts:
+    """The one-block tiny model the runs start from (`model`), and one warm start per distinct
+    (env, model, sft) configuration among the commands, trained as the runs first need it."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.model = one_layer_policy(os.path.join(root, "one_layer"))
+        self.built: dict[str, str] = {}
+
+    def __call__(self, config) -> str:
+        key = json.dumps({s: config[s].to_dict() for s in jobs.WARM_START_SECTIONS},
+                         sort_keys=True, default=str)
+        if key not in self.built:
+            path = os.path.join(self.root, f"warm_start_{len(self.built)}")
+            assert jobs.sft_job(config, path) is not None
+            self.built[key] = path
+        return self.built[key]
+
+
 @pytest.fixture(scope="module")
 def warm_starts(tmp_path_factory):
-    """{warm-start key: directory}, filled as the runs need them: one warm start per distinct
-    (env, model, sft) configuration among the commands; and under "model" the one-block tiny
-    model they start from."""
-    root = tmp_path_factory.mktemp("readme_warm_starts")
-    return {"root": str(root), "model": one_layer_policy(str(root / "one_layer"))}
-
-
-def _warm_start(config, warm_starts: dict) -> str:
-    key = json.dumps({section: config[section].to_dict() for section in jobs.WARM_START_SECTIONS},
-                     sort_keys=True, default=str)
-    if key not in warm_starts:
-        path = os.path.join(warm_starts["root"], f"warm_start_{len(warm_starts)}")
-        assert jobs.sft_job(config, path) is not None
-        warm_starts[key] = path
-    return warm_starts[key]
+    return WarmStarts(str(tmp_path_factory.mktemp("readme_warm_starts")))
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -126,11 +131,11 @@ def test_each_readme_method_command_trains_a_step_as_written(method, warm_starts
     check_experiment(exp)
     jobs.check_prompts(exp)
     budget = [f"--config.{field}={value}"
-              for field, value in {**BUDGET, "model.name": warm_starts["model"]}.items()]
+              for field, value in {**BUDGET, "model.name": warm_starts.model}.items()]
     config = command_config(args + budget)
     workdir = str(tmp_path / f"m_{method}")
     os.makedirs(workdir)
-    os.symlink(_warm_start(config, warm_starts), os.path.join(workdir, "sft"))
+    os.symlink(warm_starts(config), os.path.join(workdir, "sft"))
 
     result = jobs.train_job(config, workdir)
 

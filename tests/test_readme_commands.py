@@ -3,7 +3,7 @@
 README.md gives one `launch.train` command per method (the block under `<!-- method commands`).
 Each runs here as its line says, parsed by the flags machinery launch.train uses, with a one-step
 budget appended (BUDGET: steps, warm-start length, rollouts per step, evaluation size and the tiny
-model's depth; sizes only, no method setting), after the command as written has passed every
+model's depth, and the engine's slots scaled with the tasks; sizes only, no method setting), after the command as written has passed every
 check launch.train makes before it starts work: a command that fails when a new user pastes it
 (TSR's beam and lookahead once had too few slots for their searches) fails here, at its launch
 checks or in its first step.
@@ -91,6 +91,13 @@ def command_config(args: list[str]):
     return values.config
 
 
+def budget_slots(written) -> int:
+    """The command's `rollout.num_slots` in the same proportion to the budget's tasks a step as
+    to the command's own (rounded up): a tree or search holds its slots per task, so each keeps
+    what it needs, and no engine holds hundreds of idle slots."""
+    return -(-written.num_slots * BUDGET["rollout.groups_per_step"] // written.groups_per_step)
+
+
 COMMANDS = readme_method_commands()
 
 
@@ -125,13 +132,14 @@ def warm_starts(tmp_path_factory):
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_each_readme_method_command_trains_a_step_as_written(method, warm_starts, tmp_path):
     args = [a for a in COMMANDS[method] if not a.startswith("--workdir=")]
-    # as written, the command passes every check launch.train makes before it works (the
-    # budget shrinks what some of them weigh: a search's slots against its rollouts)
+    # as written, the command passes every check launch.train makes before it works (a
+    # search's slots against its rollouts among them; the budget keeps that proportion)
     exp = Experiment.from_config(command_config(args))
     check_experiment(exp)
     jobs.check_prompts(exp)
-    budget = [f"--config.{field}={value}"
-              for field, value in {**BUDGET, "model.name": warm_starts.model}.items()]
+    budget = {**BUDGET, "model.name": warm_starts.model,
+              "rollout.num_slots": budget_slots(exp.rollout)}
+    budget = [f"--config.{field}={value}" for field, value in budget.items()]
     config = command_config(args + budget)
     workdir = str(tmp_path / f"m_{method}")
     os.makedirs(workdir)

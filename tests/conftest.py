@@ -1,5 +1,6 @@
 """Test set-up: CPU only, float32 matmuls at full precision, shared tiny models."""
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -59,8 +60,11 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable
 
 
-def pytest_unconfigure(config):
-    for own in (_OWN_XLA_CACHE, _OWN_TEST_DIR):  # the process that created them removes them
+@atexit.register
+def _remove_own_directories():
+    """The process that created the session's directories removes them as it exits (a pytest
+    session, or a script that imports this module: tests/pipeline_digests.py)."""
+    for own in (_OWN_XLA_CACHE, _OWN_TEST_DIR):
         if own is not None:
             shutil.rmtree(own, ignore_errors=True)
 

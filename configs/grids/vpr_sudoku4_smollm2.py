@@ -41,7 +41,7 @@ a SmolLM2 step (448 s on two cores against 479-735 s on one).
 Measured in the first run (OR, seed 0; one lane on both cores, test runs beside it): the warm
 start's 16 SFT steps ~110-160 s each (loss 0.21, token accuracy 0.90 at the end), the shared
 step-0 evaluation ~9 minutes (24 episodes, every one the full 16 turns: the warm start fills
-well-formed moves, 76% of them into filled cells), and a first step of 809 s (rollout 202 s,
+well-formed moves, 76% of them illegal: filled cells, digits outside 1-4), and a first step of 809 s (rollout 202 s,
 update 607 s, with the step's compilation; episodes of 16 turns, unique-token fraction 0.78):
 8 steps at ~10-13 minutes and two evaluations make ~2 hours a run, ~12 hours for the 6 runs,
 inside the issue's 15.

@@ -25,10 +25,6 @@ _OWN_XLA_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # else a user's, or the xdist controller's
     _OWN_XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="jaxtree-tests-xla-cache-")
-# The session's other shared files (tests/toy_run.py's toy policy), likewise one directory.
-_OWN_TEST_DIR = None
-if "JAXTREE_TEST_DIR" not in os.environ:
-    _OWN_TEST_DIR = os.environ["JAXTREE_TEST_DIR"] = tempfile.mkdtemp(prefix="jaxtree-tests-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -61,20 +57,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 @atexit.register
-def _remove_own_directories():
-    """The process that created the session's directories removes them as it exits (a pytest
+def _remove_own_cache():
+    """The process that created the session's compilation cache removes it as it exits (a pytest
     session, or a script that imports this module: tests/pipeline_digests.py)."""
-    for own in (_OWN_XLA_CACHE, _OWN_TEST_DIR):
-        if own is not None:
-            shutil.rmtree(own, ignore_errors=True)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def toy_policy():
-    """The toy experiment's policy checkpoint (tests/toy_run.py), saved before any test's jobs
-    start from it."""
-    from toy_run import toy_model
-    return toy_model()
+    if _OWN_XLA_CACHE is not None:
+        shutil.rmtree(_OWN_XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,31 +1,22 @@
-"""What the trainer and job tests share: the toy-sized experiment (the random tiny model with one
-decoder block on FrozenLake, 2 lakes x 2 rollouts of at most 3 turns per step, and when a test asks for one a warm
+"""What the trainer and job tests share: the toy-sized experiment (the random tiny model on
+FrozenLake, 2 lakes x 2 rollouts of at most 3 turns per step, and when a test asks for one a warm
 start of a few steps on 16 demonstrations), and running jobs as subprocesses (on their own, or
 several forked from one process that imported their libraries once)."""
 
 import os
 import subprocess
 import sys
-import tempfile
 
 from jaxtree.experiment import rl_config, set_path, sibling_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# The toy experiment's policy: the tiny preset with one decoder block instead of four (random
-# init, key 0), a checkpoint every process of a test session shares (tests/conftest.py names the
-# session's directory; `toy_model()` saves it once). The toy jobs' programs trace, lower and
-# compile about three times faster than the four-block preset's, and nothing a toy test checks
-# depends on the model's depth.
-TOY_MODEL = os.path.join(os.environ.get("JAXTREE_TEST_DIR", tempfile.gettempdir()),
-                         "toy_one_block_policy")
 CONFIG_FILE = os.path.join(ROOT, "configs", "frozen_lake_grpo.py")
 
 # The entropy bonus gives every step a non-zero gradient even when all rewards in a group are
 # equal. A context of 128 tokens (the prompt is 81) cuts every warm-start demonstration to one
 # padded width, so the SFT step compiles once.
 TOY = {
-    "model.name": TOY_MODEL, "rollout.num_slots": 8, "rollout.context_length": 128,
+    "model.name": "tiny", "rollout.num_slots": 8, "rollout.context_length": 128,
     "rollout.max_turns": 3, "rollout.max_action_tokens": 4, "train.init": "model",
     "rollout.groups_per_step": 2, "rollout.group_size": 2, "train.micro_batch_size": 2,
     "loss.entropy_coef": 0.01, "optim.learning_rate": 1e-3, "eval.num_tasks": 2,
@@ -50,19 +41,6 @@ def one_layer_policy(path: str, seed: int = 0) -> str:
     return path
 
 
-def toy_model() -> str:
-    """TOY_MODEL, saved by the first process of the session that needs it (the others wait for
-    it, and never see a half-written checkpoint: it is saved aside and renamed into place)."""
-    if not os.path.isdir(TOY_MODEL):
-        from filelock import FileLock
-        with FileLock(TOY_MODEL + ".lock"):
-            if not os.path.isdir(TOY_MODEL):
-                aside = f"{TOY_MODEL}.{os.getpid()}"
-                one_layer_policy(aside)
-                os.rename(aside, TOY_MODEL)
-    return TOY_MODEL
-
-
 def flags(values: dict) -> list[str]:
     """`--config.x.y=value` overrides of a job's command line."""
     return [f"--config.{key}={value}" for key, value in values.items()]
@@ -73,7 +51,6 @@ TOY_OVERRIDES = flags(TOY)
 
 def toy_config(steps=4, **overrides):
     """The default experiment at toy size; `overrides` are {section__field: value}."""
-    toy_model()
     config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo", TOY)
     config.train.steps = steps
     for key, value in overrides.items():

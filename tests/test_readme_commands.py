@@ -3,8 +3,9 @@
 README.md gives one `launch.train` command per method (the block under `<!-- method commands`).
 Each runs here as its line says, parsed by the flags machinery launch.train uses, with a one-step
 budget appended (BUDGET: steps, warm-start length, rollouts per step, evaluation size and the tiny
-model's depth, and the engine's slots scaled with the tasks; sizes only, no method setting), after the command as written has passed every
-check launch.train makes before it starts work: a command that fails when a new user pastes it
+model's depth, and the engine's slots scaled with the tasks a step; sizes only, no method
+setting), after the command as written has passed every check launch.train makes before it starts
+work: a command that fails when a new user pastes it
 (TSR's beam and lookahead once had too few slots for their searches) fails here, at its launch
 checks or in its first step.
 Commands whose warm starts are configured alike share one warm start, linked as each run's `sft`
@@ -133,14 +134,14 @@ def warm_starts(tmp_path_factory):
 def test_each_readme_method_command_trains_a_step_as_written(method, warm_starts, tmp_path):
     args = [a for a in COMMANDS[method] if not a.startswith("--workdir=")]
     # as written, the command passes every check launch.train makes before it works (a
-    # search's slots against its rollouts among them; the budget keeps that proportion)
+    # search's slots against its tasks among them; the budget keeps slots per task)
     exp = Experiment.from_config(command_config(args))
     check_experiment(exp)
     jobs.check_prompts(exp)
     budget = {**BUDGET, "model.name": warm_starts.model,
               "rollout.num_slots": budget_slots(exp.rollout)}
-    budget = [f"--config.{field}={value}" for field, value in budget.items()]
-    config = command_config(args + budget)
+    config = command_config(args + [f"--config.{field}={value}"
+                                    for field, value in budget.items()])
     workdir = str(tmp_path / f"m_{method}")
     os.makedirs(workdir)
     os.symlink(warm_starts(config), os.path.join(workdir, "sft"))

@@ -38,13 +38,14 @@ a run (~2 after the first: the runs share the warm start's step-0 evaluation), ~
 lane-hours plus the warm start (~30 minutes). Two SmolLM2 lanes did not fit in this machine's
 24 GB (launch/grid_lanes.sh), so one lane on both cores: ~9 hours at the ~1.4x a second core gives
 a SmolLM2 step (448 s on two cores against 479-735 s on one).
-Measured in the first run (OR, seed 0; one lane on both cores, test runs beside it): the warm
-start's 16 SFT steps ~110-160 s each (loss 0.21, token accuracy 0.90 at the end), the shared
-step-0 evaluation ~9 minutes (24 episodes, every one the full 16 turns: the warm start fills
-well-formed moves, 76% of them illegal: filled cells, digits outside 1-4), and a first step of 809 s (rollout 202 s,
-update 607 s, with the step's compilation; episodes of 16 turns, unique-token fraction 0.78):
-8 steps at ~10-13 minutes and two evaluations make ~2 hours a run, ~12 hours for the 6 runs,
-inside the issue's 15.
+Measured in the first run (OR, seed 0; one lane on both cores): the warm start's 16 SFT steps
+~110-160 s each (test runs beside them; loss 0.21, token accuracy 0.90 at the end), the shared
+step-0 evaluation ~9 minutes (24 episodes, every one the full 16 turns: the warm start writes
+well-formed moves, 76% of them illegal: filled cells, digits outside 1-4), a first step of 809 s
+(rollout 202 s, update 607 s, with the step's compilation, test runs beside it) and a second of
+741 s alone (rollout 186 s, update 555 s; episodes of 16 turns, unique-token fraction 0.78):
+8 steps at ~12 minutes and two evaluations make ~2 hours a run, ~12 hours for the 6 runs, inside
+the issue's 15.
 """
 
 

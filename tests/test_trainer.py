@@ -31,12 +31,13 @@ def _deterministic(records):
 def test_four_steps_equal_two_then_resume_then_two_bitwise_and_another_seed_differs(tmp_path):
     """Determinism and exact resume: a run of 4 steps, and a run of the same seed stopped after
     2 steps then resumed, give identical metrics (timings aside) and parameters; another seed
-    gives another run."""
+    gives another run. The sampler/trainer agreement is checked on steps 1 and 3 only
+    (`train.agreement_every` 2), in the resumed run as in the straight one."""
     from jaxtree.train import jobs
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     model = one_layer_policy(str(tmp_path / "model"))  # nothing here depends on the depth
     # Checkpoints at the end and when stopped only: the resume is what is tested.
-    config = toy_config(checkpoint__every=4, model__name=model)
+    config = toy_config(checkpoint__every=4, model__name=model, train__agreement_every=2)
     first = jobs.train_job(config, straight)
     assert first["step"] == 4 and not first["preempted"]
 
@@ -59,6 +60,8 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise_and_another_seed_diff
     initial = jax.tree_util.tree_leaves(load_policy(model).params)
     assert any(not np.array_equal(x, y) for x, y in zip(initial, jax.tree_util.tree_leaves(a)))
     assert all(r["train/skipped"] == 0 for r in records[1:])
+    assert ["update/logprob_gap_max" in r for r in records[1:]] == [True, False, True, False]
+    assert max(records[1]["update/logprob_gap_max"], records[3]["update/logprob_gap_max"]) < 1e-4
     assert "eval/success_rate" in records[0] and "eval/success_rate" in records[4]
 
     # plots from the run's metrics
@@ -87,6 +90,7 @@ def test_four_steps_equal_two_then_resume_then_two_bitwise_and_another_seed_diff
     ("reward.terms", ("outcome", "bonus"), "config.reward.terms: ('outcome', 'bonus') is not all one of ("),
     ("mesh.data", 0, "config.mesh.data: 0 is not -1 or positive"),
     ("eval.every", -1, "config.eval.every: -1 is not positive"),
+    ("train.agreement_every", -1, "config.train.agreement_every: -1 is not in [0, inf)"),
     ("checkpoint.keep", 0, "config.checkpoint.keep: 0 is not positive"),
     ("env.name", "chess", "config.env.name: 'chess' is not one of ("),
     ("env.options", {"size": -3}, "config.env.options: {'size': -3} does not build frozen_lake"),

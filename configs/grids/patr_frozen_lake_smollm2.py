@@ -42,7 +42,10 @@ lane-hours for the 12 runs. Two SmolLM2 lanes did not fit in this machine's 24 G
 lane reached 13.8 GB and a second grid's lane beside it was killed by the OOM killer: launch/
 grid_lanes.sh), so one lane on both cores: ~19 hours at the ~1.4x a second core gives a SmolLM2
 step: ~14.5 hours for the three PATR Table 1 variants, inside the issue's 15, and ~4.5 more for
-the LoRA variant. Full fine-tuning at the
+the LoRA variant. Those steps include the sampler/trainer agreement check's forward pass, about
+0.3x of the optimizer step on SmolLM2 (docs/design.md): this grid checks on steps 1 and 6 only
+(`train.agreement_every` 5), which should take roughly a fifth off the other steps' updates;
+their time/update beside steps 1 and 6 measures it. Full fine-tuning at the
 config's learning rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too
 little for any variant to differ, which the results would show as overlapping intervals; a longer
 run is the next step, not a larger learning rate for one side.
@@ -60,7 +63,8 @@ def get_grid():
         "config": "frozen_lake_smollm2.py",
         "overrides": {"rollout.groups_per_step": 2, "rollout.group_size": 8,
                       "train.steps": 10, "eval.every": 5, "eval.num_tasks": 12,
-                      "eval.samples_per_task": 4, "checkpoint.every": 1},
+                      "eval.samples_per_task": 4, "checkpoint.every": 1,
+                      "train.agreement_every": 5},
         "variants": {
             "grpo": {},
             "tree_random": {**TREE, "rollout.patr.selection": "random"},

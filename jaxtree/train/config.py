@@ -42,6 +42,11 @@ class TrainConfig(Section):
         "behaviour log-probs, groups, advantages, and the config) to "
         "<workdir>/batches/step_<n>.npz, for `launch.benchmark prefix_update`",
         check=between(0, None))
+    agreement_every: int = option(
+        1, "steps between the sampler/trainer agreement checks (update/logprob_gap_*: one "
+        "forward pass of the policy over the batch, no backward, before the step's first "
+        "optimizer step; about a quarter of a pretrained model's update on CPU): step 1 and "
+        "every N-th step after it; 0 never", check=between(0, None))
     tensorboard: bool = option(True, "also write TensorBoard events (<workdir>/tensorboard)")
     max_skipped_steps: int = option(5, "end the run (exit status 1) after this many consecutive "
                                     "steps whose updates were all skipped as non-finite",

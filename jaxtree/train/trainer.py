@@ -193,9 +193,12 @@ class Trainer:
                                           batch.behaviour_logprobs, advantages, batch.group_ids)
         shared = self.batch_update.shares_prefixes(inputs)
         ref_logprobs = self.batch_update.reference_logprobs(self.reference, inputs, shared)
-        gap = logprob_gaps(self.batch_update.logprobs(self.updater.policy_params(state.params),
-                                                      inputs, shared),
-                           inputs.old_logprobs, inputs.action_mask)
+        gap = {}
+        every = self.exp.train.agreement_every
+        if every and (step - 1) % every == 0:  # the check costs a forward pass of the batch
+            gap = logprob_gaps(self.batch_update.logprobs(
+                self.updater.policy_params(state.params), inputs, shared),
+                inputs.old_logprobs, inputs.action_mask)
         state, collected = self.batch_update.optimizer_steps(state, inputs, ref_logprobs, shared,
                                                              step)
         out = {f"train/{k}": float(np.mean([m[k] for m in collected])) for k in collected[0]}

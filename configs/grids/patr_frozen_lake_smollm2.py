@@ -44,7 +44,7 @@ grid_lanes.sh), so one lane on both cores: ~19 hours at the ~1.4x a second core 
 step: ~14.5 hours for the three PATR Table 1 variants, inside the issue's 15, and ~4.5 more for
 the LoRA variant. Those steps include the sampler/trainer agreement check's forward pass, about
 0.3x of the optimizer step on SmolLM2 (docs/design.md): this grid checks on steps 1 and 6 only
-(`train.agreement_every` 5), which should take roughly a fifth off the other steps' updates;
+(`train.agreement_every` 5), which should take roughly a quarter off the other steps' updates;
 their time/update beside steps 1 and 6 measures it. Full fine-tuning at the
 config's learning rate (1e-6, the papers' for 0.5B-7B models): ten steps may move a 135M model too
 little for any variant to differ, which the results would show as overlapping intervals; a longer

@@ -1,7 +1,6 @@
 """launch.policy_drift: the size and direction of training updates, against flat-vector arithmetic."""
 
 import json
-import os
 
 import jax
 import numpy as np

@@ -24,13 +24,16 @@ def test_a_hand_checked_pair_of_updates():
 
 def test_random_updates_match_the_flattened_vectors():
     rng = np.random.default_rng(0)
-    shapes = {"a": (3, 4), "b": {"c": (5,), "d": (2, 2, 2)}}
-    make = lambda: jax.tree_util.tree_map(lambda s: rng.normal(size=s), shapes,  # noqa: E731
-                                          is_leaf=lambda s: isinstance(s, tuple))
+
+    def make():
+        return {"a": rng.normal(size=(3, 4)),
+                "b": {"c": rng.normal(size=5), "d": rng.normal(size=(2, 2, 2))}}
+
+    def flat(tree):
+        return np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(tree)])
+
     base, runs = make(), {name: make() for name in ("x", "y", "z")}
     runs["z"]["a"] = base["a"].copy()  # a run that left one parameter alone
-    flat = lambda tree: np.concatenate([np.ravel(x) for x in  # noqa: E731
-                                        jax.tree_util.tree_leaves(tree)])
     drift = parameter_drift(base, runs)
     for name, params in runs.items():
         delta = flat(params) - flat(base)

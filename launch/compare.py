@@ -20,7 +20,10 @@ field).
 config.json, run.json: kilobytes, no checkpoints) in RECORDS/<variant>/seed_<s>, saved as each run
 finishes, and first restores the records of runs whose directory under DIR holds nothing: a grid
 longer than its machine is held (a wiped scratch disk) resumes on a fresh one from a RECORDS
-directory kept elsewhere or committed, rerunning only the runs that had not finished.
+directory kept elsewhere or committed, rerunning only the runs that had not finished. The
+warm start's step-0 evaluations (one per grid, shared by its runs) are kept there too, under
+RECORDS/warm_starts/<key>/initial_evals, and read by the runs of a warm start rebuilt bit for bit
+instead of being evaluated again (minutes on a pretrained model).
 
 --only restricts which variants run and --seeds which seeds (default: the grid's); the results
 cover every variant of the grid and every seed with a finished run. --aggregate_only only

@@ -41,6 +41,7 @@ class FakeRunner:
 
     def __init__(self, fail=(), preempt=(), steps=4, init="sft", stop_warm_start=False):
         self.calls = []
+        self.evaluated = []     # the runs that evaluated the warm start instead of reading it
         self.fail = set(fail)
         self.preempt = set(preempt)
         self.steps, self.init = steps, init      # the config file's train.steps and train.init
@@ -50,6 +51,20 @@ class FakeRunner:
 
     def jobs(self, job):
         return [c for c in self.calls if c[0] == job]
+
+    def share_initial_eval(self, workdir, variant, seed):
+        """As the trainer does (jaxtree.train.shared_eval): reads the warm start's step-0
+        evaluation when its record is there, else evaluates and writes it."""
+        evals = os.path.join(workdir, "sft", "initial_evals")
+        if not os.path.isdir(os.path.join(workdir, "sft")):
+            return
+        path = os.path.join(evals, "0123abcd.json")
+        if os.path.exists(path):
+            return
+        self.evaluated.append((variant, seed))
+        os.makedirs(evals, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"metrics": {"success_rate": 0.25}, "transcripts": []}, f)
 
     def __call__(self, argv, workdir, log_path):
         job = argv[argv.index("-m") + 1]
@@ -71,6 +86,7 @@ class FakeRunner:
                 return 0
             assert os.path.isdir(os.path.join(workdir, "sft", "checkpoints")) or \
                 flags.get("config.train.init", self.init) == "model"
+            self.share_initial_eval(workdir, variant, seed)
             if (variant, seed) in self.fail:
                 log.write("Traceback (most recent call last):\nValueError: boom\n")
                 return 3
@@ -414,7 +430,7 @@ def test_records_carry_finished_runs_to_a_fresh_output_directory(tmp_path):
     grid, records = make_grid(tmp_path), str(tmp_path / "records")
     rc, _, _ = run(grid, tmp_path / "first", FakeRunner(preempt={("b", 1)}), records=records)
     assert rc == 1
-    kept = sorted(os.path.relpath(p, records) for p in glob.glob(f"{records}/*/*/*"))
+    kept = sorted(os.path.relpath(p, records) for p in glob.glob(f"{records}/[ab]/*/*"))
     assert kept == [f"{v}/seed_{s}/{f}" for v, s in (("a", 0), ("a", 1), ("b", 0))
                     for f in ("metrics.jsonl", "run.json", "train_summary.json")]
     # A fresh machine: only the run that had not finished runs (with the warm start it needs);
@@ -444,6 +460,36 @@ def test_records_carry_finished_runs_to_a_fresh_output_directory(tmp_path):
     make_grid(tmp_path, variants={"a": {"loss.kl_coef": 0.05}, "b": {"loss.kl_coef": 0.1}})
     rc, _, err = run(grid, tmp_path / "other", FakeRunner(), records=records)
     assert rc == 2 and "refusing to mix results" in err and "runs/a/seed_0" in err
+
+
+def test_records_keep_the_warm_starts_step_0_evaluation_for_a_rebuilt_one(tmp_path):
+    grid, records = make_grid(tmp_path), str(tmp_path / "records")
+    first = FakeRunner(preempt={("b", 1)})
+    assert run(grid, tmp_path / "first", first, records=records)[0] == 1
+    assert first.evaluated == [("a", 0)]          # one evaluation, shared by the grid's runs
+    (key,) = os.listdir(os.path.join(records, "warm_starts"))
+    kept = os.path.join(records, "warm_starts", key, "initial_evals", "0123abcd.json")
+    with open(kept) as f:
+        assert json.load(f)["metrics"] == {"success_rate": 0.25}
+    # A fresh machine rebuilds the warm start; the unfinished run reads the kept evaluation.
+    fresh = FakeRunner()
+    assert run(grid, tmp_path / "fresh", fresh, records=records)[0] == 0
+    assert fresh.calls == [("launch.sft", "warm_starts", -1), ("launch.train", "b", 1)]
+    assert fresh.evaluated == []
+    assert os.path.exists(tmp_path / "fresh" / "warm_starts" / key / "initial_evals" /
+                          "0123abcd.json")
+    # Without the records the rebuilt warm start is evaluated again, and the records do not
+    # count their evaluations as a variant.
+    plain = FakeRunner()
+    assert run(grid, tmp_path / "plain", plain)[0] == 0
+    assert plain.evaluated == [("a", 0)]
+    assert compare.records.record_seeds(records, "warm_starts") == []
+
+
+def test_the_records_evaluations_name_is_not_a_variant(tmp_path):
+    grid = make_grid(tmp_path, variants={"warm_starts": {}})
+    rc, _, err = run(grid, tmp_path / "out")
+    assert rc == 2 and "variant name 'warm_starts' is reserved" in err
 
 
 def test_refuses_when_a_finished_run_was_made_with_other_overrides(tmp_path):

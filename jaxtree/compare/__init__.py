@@ -27,6 +27,8 @@ Layout of an output directory:
     <records>/<variant>/seed_<s>/         with --records: a finished run's metrics.jsonl,
                                           train_summary.json, config.json and run.json
                                           (`records`)
+    <records>/warm_starts/<key>/initial_evals/  the warm start's shared step-0 evaluations,
+                                          put back into a rebuilt warm start
 """
 
 from jaxtree.compare.grid import DEFAULT_METRICS, Grid, GridError, ReachSpec, load_grid, \

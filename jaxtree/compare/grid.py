@@ -32,6 +32,9 @@ ARTIFACT_REFERENCE = re.compile(r"\{artifact:([^{}]*)\}")
 WARM_START_REFERENCE = "{warm_start}"
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]*$")
+# A records directory (launch.compare --records) holds its variants' runs and, under this name,
+# the warm starts' shared evaluations: no variant may take it.
+RESERVED_VARIANT = "warm_starts"
 _FIELD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -290,6 +293,9 @@ def _variants(raw: Mapping, path: str) -> dict[str, dict[str, Any]]:
         if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
             raise GridError(f"grid {path}: variant name {name!r} must be letters, digits and "
                             f"_ . + = - (it names a directory)")
+        if name == RESERVED_VARIANT:
+            raise GridError(f"grid {path}: variant name {name!r} is reserved (launch.compare "
+                            f"--records keeps the warm starts' evaluations under it)")
         flat[name] = flatten_overrides(overrides, f"grid {path}: variant {name!r}")
     return flat
 

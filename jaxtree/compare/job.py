@@ -10,7 +10,8 @@ from typing import Callable, Sequence, TextIO
 
 from jaxtree.compare.grid import GridError, load_grid
 from jaxtree.compare.plan import Run, plan_runs
-from jaxtree.compare.records import has_record, record_seeds, restore_records, save_record
+from jaxtree.compare.records import has_record, record_seeds, restore_evaluations, \
+    restore_records, save_evaluations, save_record
 from jaxtree.compare.results import aggregate, aggregation_seeds, markdown_table, \
     metric_file_name, reach_table, write_results
 from jaxtree.compare.runner import Runner, SubprocessRunner, as_runner, stop_requested
@@ -53,6 +54,22 @@ is shown finished: a real invocation restores it instead of running it."""
         say(f"# {run.label}: {state}{' (skipped)' if state == 'finished' else ''}")
         if state != "finished":
             say(shlex.join(run.argv))
+
+
+def keep(records: str, run: Run) -> None:
+    """Saves a finished run's record, and the shared step-0 evaluations of its warm start (those
+    an unfinished run wrote as well: each is a whole file, and rebuilding it costs an
+    evaluation)."""
+    save_record(records, run)
+    if run.warm_start is not None and os.path.isdir(run.warm_start.workdir):
+        save_evaluations(records, run.warm_start)
+
+
+def put_back(records: str, run: Run) -> None:
+    """Before a run starts: the recorded step-0 evaluations of its warm start, which the run
+    reads instead of evaluating again when its warm start was rebuilt bit for bit."""
+    if run.warm_start is not None:
+        restore_evaluations(records, run.warm_start)
 
 
 def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] | None = None,
@@ -108,11 +125,14 @@ def run_compare(grid_path: str | None, out: str | None, *, only: Sequence[str] |
         failures: list[Failure] = []
         if not aggregate_only:
             with OutputLock(os.path.abspath(out)):
-                failures = execute(todo, runner, say, on_finished=(
-                    (lambda run: save_record(records, run)) if records else None))
+                failures = execute(todo, runner, say,
+                                   on_finished=(lambda run: keep(records, run)) if records
+                                   else None,
+                                   before_run=(lambda run: put_back(records, run)) if records
+                                   else None)
         if records:
             for run in all_runs:  # also those finished before --records was given
-                save_record(records, run)
+                keep(records, run)
         results = aggregate(grid, all_runs)
         write_results(results, os.path.abspath(out))
     except GridError as e:

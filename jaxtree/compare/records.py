@@ -9,6 +9,13 @@ aggregation reads of a finished run is `metrics.jsonl`, `train_summary.json`, th
 anything runs copies them back into any run directory that holds nothing yet, so a fresh machine
 skips the runs finished elsewhere and aggregates them with the new ones. A restored run is checked
 like any finished run: one made with other overrides than the grid sets now is refused.
+
+The warm start is not kept (it is the checkpoint of a job, rebuilt on a fresh machine), but its
+step-0 evaluations are: `RECORDS/warm_starts/<key>/initial_evals/` keeps the results the runs read
+and wrote in the warm start's `initial_evals` (`jaxtree.train.shared_eval`), and each is put back
+into the rebuilt warm start before a run starts. A result is read only under its own key, a hash
+of the parameters' bytes and the evaluation's settings, so it serves a warm start rebuilt bit for
+bit (the same processor, docs/design.md) and is ignored by any other, which evaluates afresh.
 """
 
 from __future__ import annotations
@@ -18,12 +25,16 @@ import re
 import shutil
 from typing import Callable, Iterable
 
-from jaxtree.compare.plan import Run
+from jaxtree.compare.grid import RESERVED_VARIANT
+from jaxtree.compare.plan import Run, WarmStart
 from jaxtree.compare.runs import RUN_FILE, SUMMARY_FILE, has_progress, is_finished
 from jaxtree.train.metrics import METRICS_FILE
+from jaxtree.train.shared_eval import DIRECTORY as EVALS_DIRECTORY
 from jaxtree.train.workdir import CONFIG_FILE
 
 RECORD_FILES = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, CONFIG_FILE)
+# RECORDS/<this>/<key>/initial_evals: a warm start's shared evaluations (no variant has this name).
+WARM_STARTS = RESERVED_VARIANT
 
 
 def record_dir(records: str, run: Run) -> str:
@@ -36,6 +47,14 @@ def has_record(records: str, run: Run) -> bool:
     return is_finished(record_dir(records, run), run.steps)
 
 
+def _copy_file(src: str, dst_dir: str, name: str) -> None:
+    """Copies `src` to `dst_dir/name` through a temporary name (lanes may copy at once; an
+    interrupted copy never leaves a truncated file under the real name)."""
+    tmp = os.path.join(dst_dir, f".{name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, os.path.join(dst_dir, name))
+
+
 def _copy_files(src: str, dst: str) -> None:
     """Copies the record files present in `src` to `dst`, each through a temporary name so that an
     interrupted copy never leaves a truncated file under the real one; train_summary.json last,
@@ -45,9 +64,7 @@ def _copy_files(src: str, dst: str) -> None:
     for name in names:
         path = os.path.join(src, name)
         if os.path.isfile(path):
-            tmp = os.path.join(dst, f".{name}.{os.getpid()}.tmp")  # lanes may restore at once
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, os.path.join(dst, name))
+            _copy_file(path, dst, name)
 
 
 def record_seeds(records: str, variant: str) -> list[int]:
@@ -81,3 +98,36 @@ def restore_records(runs: Iterable[Run], records: str,
         restored.append(run)
         say(f"{run.label}: finished elsewhere, restored from {record_dir(records, run)}")
     return restored
+
+
+def evaluations_dir(records: str, warm: WarmStart) -> str:
+    """Where the records keep `warm`'s shared step-0 evaluations."""
+    return os.path.join(os.path.abspath(records), WARM_STARTS, warm.key, EVALS_DIRECTORY)
+
+
+def _copy_new_evaluations(src: str, dst: str) -> list[str]:
+    """Copies the evaluation results (`<key>.json`) in `src` that `dst` lacks; returns their
+    names."""
+    if not os.path.isdir(src):
+        return []
+    names = sorted(n for n in os.listdir(src) if n.endswith(".json") and not n.startswith(".")
+                   and os.path.isfile(os.path.join(src, n))
+                   and not os.path.exists(os.path.join(dst, n)))
+    if names:
+        os.makedirs(dst, exist_ok=True)
+    for name in names:
+        _copy_file(os.path.join(src, name), dst, name)
+    return names
+
+
+def save_evaluations(records: str, warm: WarmStart) -> list[str]:
+    """Keeps the warm start's shared evaluations in the records (those not kept yet)."""
+    return _copy_new_evaluations(os.path.join(warm.workdir, EVALS_DIRECTORY),
+                                 evaluations_dir(records, warm))
+
+
+def restore_evaluations(records: str, warm: WarmStart) -> list[str]:
+    """Puts the recorded shared evaluations into the (rebuilt) warm start, never replacing one
+    there; a run then reads the result whose key its parameters and settings give."""
+    return _copy_new_evaluations(evaluations_dir(records, warm),
+                                 os.path.join(warm.workdir, EVALS_DIRECTORY))

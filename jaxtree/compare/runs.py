@@ -189,9 +189,11 @@ def _run_failure(run: Run, rc: int, log_path: str) -> Failure | None:
 
 
 def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = print,
-            on_finished: Callable[[Run], None] | None = None) -> list[Failure]:
-    """Runs what is not finished, one at a time, in order; returns the failures. `on_finished`
-    is called with each run this call finished, as soon as it has."""
+            on_finished: Callable[[Run], None] | None = None,
+            before_run: Callable[[Run], None] | None = None) -> list[Failure]:
+    """Runs what is not finished, one at a time, in order; returns the failures. `before_run` is
+    called with each run about to start (its warm start built and linked), `on_finished` with
+    each run this call finished, as soon as it has."""
     failures: list[Failure] = []
     failed_warm: dict[str, Failure] = {}
     for i, run in enumerate(runs, 1):
@@ -228,6 +230,8 @@ def execute(runs: Sequence[Run], runner: Runner, say: Callable[[str], None] = pr
         os.makedirs(run.workdir, exist_ok=True)
         if run.warm_start is not None:
             link_warm_start(run)
+        if before_run is not None:
+            before_run(run)
         run_file = os.path.join(run.workdir, RUN_FILE)
         attempts = int((read_json(run_file) or {}).get("attempts", 0)) + 1
         # the processor too: runs are bit-identical only on the same one (docs/design.md)

@@ -84,7 +84,7 @@ def test_export_job_takes_a_chosen_step_and_refuses_bad_flags_in_one_line(workdi
     os.umask(umask)
     for name in ("model.safetensors", "config.json"):
         assert os.stat(out / name).st_mode & 0o777 == 0o666 & ~umask, name
-    # a job's workdir is refused, its record untouched (issue 43: --out=RUN replaced config.json)
+    # a job's workdir is refused, its record untouched (--out=RUN once replaced config.json)
     assert_one_line_error(into_run, 2, f"--out: {workdir} holds a job's files (checkpoints)")
     assert not os.path.exists(os.path.join(workdir, "config.json"))
     assert_one_line_error(into_record, 2, f"--out: {record} holds a job's files (config.json)")

@@ -43,7 +43,7 @@ beside another grid's lane and test runs (not clean timings), and of 159-177 s a
 grid was killed by the OOM killer at 12.1 GB beside a FrozenLake lane: launch/grid_lanes.sh), so the
 grid runs as one lane on both cores: ~40-45 minutes a run after the shared step-0 evaluation (the
 warm start's, evaluated once), ~6.5 hours for the 9 runs if the tree variants' steps cost what
-independent sampling's do, inside the issue's 15. The learning rate is the config's 1e-6 (the
+independent sampling's do, inside a grid's 15-hour budget. The learning rate is the config's 1e-6 (the
 papers' for 0.5B-7B models): ten steps may move a 135M model too little for any variant to differ,
 which the intervals would show.
 """

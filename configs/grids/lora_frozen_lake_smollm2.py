@@ -8,7 +8,7 @@ warm start (`model.lora.rank=16`, every projection: q, k, v, o, gate, up, down),
     python -m launch.compare --grid=configs/grids/lora_frozen_lake_smollm2.py \
         --out=/tmp/lora_frozen_lake_smollm2 --dry_run
 
-The question (issue 45's quality check) is whether LoRA's held-out success stays within 5 points
+The question (LoRA's quality check) is whether LoRA's held-out success stays within 5 points
 of full fine-tuning. LoRA's learning rate is 10x the full model's (1e-5 against 1e-6): adapters
 start at zero and move through a rank-16 bottleneck, and the best LoRA rate is ~10x the full
 fine-tuning one across model sizes (Schulman et al., "LoRA Without Regret", 2025). If LoRA falls

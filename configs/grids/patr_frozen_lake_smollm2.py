@@ -16,7 +16,7 @@ One warm start for every variant (the config's 8 SFT steps on oracle demonstrati
 steps of 2 lakes x 8 trajectories: GRPO samples 8 independent episodes per lake; the trees start 4
 branches per lake (PATR §5.1) and grow to at most 8 (GRPO's group, so every variant rolls out at
 most the same 16 episodes a step). A warm-started SmolLM2 episode on a 4x4 lake lasts ~6 turns, so
-PATR scores every K = 2 turns (two scoring points or more per tree, the issue's rule; K = 5 would
+PATR scores every K = 2 turns (two scoring points or more per tree, so that scoring can rank; K = 5 would
 score most trees once or never), expands the top 2 branches into 2 children each and prunes below
 the median - 0.5 or after 6 identical actions, with the environment's progress heuristic as the
 scorer. Tree-Random expands 2 branches drawn at random and prunes by the repeat rule only.
@@ -41,7 +41,7 @@ share the warm start's (evaluated by the first run to reach it, jaxtree.train.sh
 lane-hours for the 12 runs. Two SmolLM2 lanes did not fit in this machine's 24 GB (this grid's
 lane reached 13.8 GB and a second grid's lane beside it was killed by the OOM killer: launch/
 grid_lanes.sh), so one lane on both cores: ~19 hours at the ~1.4x a second core gives a SmolLM2
-step: ~14.5 hours for the three PATR Table 1 variants, inside the issue's 15, and ~4.5 more for
+step: ~14.5 hours for the three PATR Table 1 variants, inside a grid's 15-hour budget, and ~4.5 more for
 the LoRA variant. Those steps include the sampler/trainer agreement check's forward pass, about
 0.3x of the optimizer step on SmolLM2 (docs/design.md): this grid checks on steps 1 and 6 only
 (`train.agreement_every` 5), which should take roughly a quarter off the other steps' updates;
@@ -69,7 +69,7 @@ def get_grid():
             "grpo": {},
             "tree_random": {**TREE, "rollout.patr.selection": "random"},
             "patr": dict(TREE),
-            # issue 45's quality check at this grid's budget: GRPO on rank-16 adapters over the
+            # LoRA's quality check at this grid's budget: GRPO on rank-16 adapters over the
             # same warm start, at LoRA's learning rate (configs/grids/lora_frozen_lake_smollm2.py)
             "grpo_lora_r16": dict(LORA),
         },

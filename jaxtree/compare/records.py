@@ -33,8 +33,6 @@ from jaxtree.train.shared_eval import DIRECTORY as EVALS_DIRECTORY
 from jaxtree.train.workdir import CONFIG_FILE
 
 RECORD_FILES = (RUN_FILE, SUMMARY_FILE, METRICS_FILE, CONFIG_FILE)
-# RECORDS/<this>/<key>/initial_evals: a warm start's shared evaluations (no variant has this name).
-WARM_STARTS = RESERVED_VARIANT
 
 
 def record_dir(records: str, run: Run) -> str:
@@ -102,14 +100,13 @@ def restore_records(runs: Iterable[Run], records: str,
 
 def evaluations_dir(records: str, warm: WarmStart) -> str:
     """Where the records keep `warm`'s shared step-0 evaluations."""
-    return os.path.join(os.path.abspath(records), WARM_STARTS, warm.key, EVALS_DIRECTORY)
+    return os.path.join(os.path.abspath(records), RESERVED_VARIANT, warm.key, EVALS_DIRECTORY)
 
 
-def _copy_new_evaluations(src: str, dst: str) -> list[str]:
-    """Copies the evaluation results (`<key>.json`) in `src` that `dst` lacks; returns their
-    names."""
+def _copy_new_evaluations(src: str, dst: str) -> None:
+    """Copies the evaluation results (`<key>.json`) in `src` that `dst` lacks."""
     if not os.path.isdir(src):
-        return []
+        return
     names = sorted(n for n in os.listdir(src) if n.endswith(".json") and not n.startswith(".")
                    and os.path.isfile(os.path.join(src, n))
                    and not os.path.exists(os.path.join(dst, n)))
@@ -117,17 +114,16 @@ def _copy_new_evaluations(src: str, dst: str) -> list[str]:
         os.makedirs(dst, exist_ok=True)
     for name in names:
         _copy_file(os.path.join(src, name), dst, name)
-    return names
 
 
-def save_evaluations(records: str, warm: WarmStart) -> list[str]:
+def save_evaluations(records: str, warm: WarmStart) -> None:
     """Keeps the warm start's shared evaluations in the records (those not kept yet)."""
-    return _copy_new_evaluations(os.path.join(warm.workdir, EVALS_DIRECTORY),
+    _copy_new_evaluations(os.path.join(warm.workdir, EVALS_DIRECTORY),
                                  evaluations_dir(records, warm))
 
 
-def restore_evaluations(records: str, warm: WarmStart) -> list[str]:
+def restore_evaluations(records: str, warm: WarmStart) -> None:
     """Puts the recorded shared evaluations into the (rebuilt) warm start, never replacing one
     there; a run then reads the result whose key its parameters and settings give."""
-    return _copy_new_evaluations(evaluations_dir(records, warm),
+    _copy_new_evaluations(evaluations_dir(records, warm),
                                  os.path.join(warm.workdir, EVALS_DIRECTORY))

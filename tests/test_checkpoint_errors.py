@@ -412,8 +412,8 @@ def test_save_pretrained_extra_param(tiny, tmp_path):
 def test_save_pretrained_wrong_shape(tiny, tmp_path):
     config, params = tiny
     broken = jax.tree_util.tree_map(lambda x: x, params)
-    broken["layers_2"]["attn"]["q_proj"]["kernel"] = np.zeros((128, 96), np.float32)
-    with pytest.raises(ValueError, match=_q("param layers_2/attn/q_proj/kernel has shape (128, 96)")):
+    broken["layers_1"]["attn"]["q_proj"]["kernel"] = np.zeros((128, 96), np.float32)
+    with pytest.raises(ValueError, match=_q("param layers_1/attn/q_proj/kernel has shape (128, 96)")):
         models.save_pretrained(str(tmp_path / "out"), config, broken)
 
 

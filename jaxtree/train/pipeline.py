@@ -134,21 +134,54 @@ def check_experiment(exp: Experiment) -> None:
             "share of the tasks)")
 
 
+# The updaters this process built, by everything their programs depend on (`_updater_key`), the
+# newest last. JAX keeps a traced and compiled program with the jitted function object that made
+# it, so a second Updater of the same configuration would trace, lower and compile every update
+# program again; a process that trains several runs of one configuration (a notebook, a sweep in
+# one process, the test suite: 76 of the 351 programs its README commands' runs compiled were
+# such repeats) reuses the first one's instead. An Updater keeps no state between calls
+# except a LoRA run's placed base parameters, so LoRA updaters are not shared.
+_SHARED_UPDATERS: dict[tuple, Updater] = {}
+_SHARED_UPDATERS_KEPT = 4
+
+
+def _updater_key(exp: Experiment, policy: Policy, total_steps: int, mesh,
+                 norm_constant: float) -> tuple | None:
+    """What an Updater's programs depend on, or None where it must not be shared (LoRA)."""
+    if policy.lora is not None and policy.lora.enabled:
+        return None
+    leaves, structure = jax.tree_util.tree_flatten(policy.params)
+    return (policy.config, exp.optim, total_steps, exp.loss, exp.train.micro_batch_size, mesh,
+            exp.model.training_memory(), norm_constant, structure,
+            tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
+
+
 def build_updater(exp: Experiment, policy: Policy, max_steps: int) -> Updater:
     """The jitted, sharded update step of the experiment's loss, optimizer and mesh;
-    `max_steps` is the environment's turn limit (seq-sum's default constant)."""
+    `max_steps` is the environment's turn limit (seq-sum's default constant). The same object
+    for a configuration this process built one for already (`_SHARED_UPDATERS`)."""
     t, engine = exp.train, exp.rollout
-    optimizer, schedule = optimizer_from_config(exp.optim,
-                                                t.steps * t.epochs * t.num_minibatches)
+    total_steps = t.steps * t.epochs * t.num_minibatches
     norm_constant = exp.loss.norm_constant or float(
         engine.max_action_tokens * (engine.max_turns or max_steps))
     try:
-        return Updater(policy.config, optimizer, exp.loss, t.micro_batch_size, exp.mesh.make(),
-                       policy.params, exp.model.training_memory(),
-                       width_multiple=WIDTH_MULTIPLE, schedule=schedule,
-                       norm_constant=norm_constant, lora=policy.lora)
+        mesh = exp.mesh.make()
+        key = _updater_key(exp, policy, total_steps, mesh, norm_constant)
+        if key in _SHARED_UPDATERS:
+            _SHARED_UPDATERS[key] = _SHARED_UPDATERS.pop(key)  # the newest last
+            return _SHARED_UPDATERS[key]
+        optimizer, schedule = optimizer_from_config(exp.optim, total_steps)
+        updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size, mesh,
+                          policy.params, exp.model.training_memory(),
+                          width_multiple=WIDTH_MULTIPLE, schedule=schedule,
+                          norm_constant=norm_constant, lora=policy.lora)
     except ValueError as e:
         raise ConfigError("mesh", str(e)) from e
+    if key is not None:
+        _SHARED_UPDATERS[key] = updater
+        while len(_SHARED_UPDATERS) > _SHARED_UPDATERS_KEPT:
+            del _SHARED_UPDATERS[next(iter(_SHARED_UPDATERS))]
+    return updater
 
 
 def build_pipeline(exp: Experiment, policy: Policy) -> Pipeline:

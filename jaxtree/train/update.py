@@ -282,6 +282,8 @@ class Updater:
                              out_shardings=self.param_shardings)
         self._replicate = jax.jit(lambda tree: tree, in_shardings=(self.model_shardings,),
                                   out_shardings=replicated)
+        self._init_opt_state = jax.jit(self.optimizer.init,
+                                       out_shardings=self.state_shardings.opt_state)
         self._logprobs = self.jit_scores(
             lambda params, tokens: token_scores(model_config, params, tokens, memory)[0], 1)
         if self.lora is not None:
@@ -333,8 +335,7 @@ class Updater:
         fresh adapters over the updater's base (which `params` must be)."""
         params = self.place_params(params if self.lora is None
                                    else init_adapters(self.lora, self.base))
-        opt_state = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)(
-            params)
+        opt_state = self._init_opt_state(params)
         return TrainState(distributed.put(jnp.asarray(step, jnp.int32),
                                           self.state_shardings.step), params, opt_state)
 

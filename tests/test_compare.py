@@ -6,7 +6,6 @@ import io
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ from scipy import stats as scipy_stats
 
 from jaxtree import compare
 from jaxtree.utils import processor
+from toy_run import run_module_jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -301,16 +301,14 @@ def test_steps_and_init_come_from_the_real_config_file_unless_overridden(tmp_pat
 
 
 def test_front_end_bad_input_and_dry_run(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "launch.compare",
-                           f"--grid={tmp_path / 'missing.py'}", f"--out={tmp_path / 'out'}"],
-                          cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == f"compare: error: grid file not found: {tmp_path / 'missing.py'}"
     grid = make_grid(tmp_path, variants={"a": {}, "m": {"train.init": "model"}})
-    proc = subprocess.run([sys.executable, "-m", "launch.compare", f"--grid={grid}",
-                           f"--out={tmp_path / 'out'}", "--dry_run", "--seeds=5"],
-                          cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    missing, proc = run_module_jobs(
+        ("-m", "launch.compare", f"--grid={tmp_path / 'missing.py'}", f"--out={tmp_path / 'out'}"),
+        ("-m", "launch.compare", f"--grid={grid}", f"--out={tmp_path / 'out'}", "--dry_run",
+         "--seeds=5"), cwd=REPO, timeout=60)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (f"compare: error: grid file not found: "
+                                      f"{tmp_path / 'missing.py'}")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     commands = [line for line in lines if not line.startswith("#")]

@@ -3,8 +3,6 @@ with only config changes; the config reference is generated from the schema and 
 
 import dataclasses
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from jaxtree.rewards import REWARDS, Rewards
 from jaxtree.rollout.strategies import STRATEGIES, RolloutStrategy
 from jaxtree.rollout.tree_record import read_tree
 from jaxtree.train.metrics import read_metrics
-from toy_run import ROOT, one_layer_policy, toy_config
+from toy_run import ROOT, one_layer_policy, run_module_jobs, toy_config
 
 # ----------------------------------------------------------------------------- custom parts
 
@@ -113,8 +111,8 @@ def test_registered_parts_train_through_the_launch_job_with_only_config_changes(
     assert all(score is not None for b in tree["branches"] for score in b["scores"])
     with pytest.raises(FileNotFoundError, match=r"no tree saved for step 1 .*saved steps: \[2\]"):
         read_tree(str(tmp_path), 1)
-    done = subprocess.run([sys.executable, "-m", "launch.show_tree", f"--workdir={tmp_path}",
-                           "--step=2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done, = run_module_jobs(("-m", "launch.show_tree", f"--workdir={tmp_path}", "--step=2"),
+                            timeout=120)
     assert done.returncode == 0, done.stderr
     with open(tmp_path / "trees" / "step_2.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -155,6 +153,5 @@ def test_config_reference_is_generated_from_the_schema_and_current():
 
 
 def test_config_reference_job_checks_the_readme():
-    proc = subprocess.run([sys.executable, "-m", "launch.config_reference", "--check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc, = run_module_jobs(("-m", "launch.config_reference", "--check"), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

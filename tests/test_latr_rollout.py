@@ -25,7 +25,7 @@ from jaxtree.sampling.logits_processing import SamplingConfig
 from jaxtree.tokenizers import ByteTokenizer
 from launch import latr_sampling
 from test_latr import peaky_model
-from toy_run import assert_one_line_error, start_job, wait_jobs
+from toy_run import assert_one_line_error, run_module_jobs
 
 REFERENCE_SCHEDULE = ((0, 1.0), (10, 0.75), (20, 0.5), (80, 0.25), (200, 0.0))
 
@@ -158,7 +158,6 @@ def _direct(batch) -> dict:
 
 
 def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_path):
-    bad_flag = start_job("-m", "launch.latr_sampling", "--methods=latr,beam")  # overlaps the run
     model_config, params = peaky_model()
     policy = Policy(model_config, params, ByteTokenizer(), "peaky tiny")
     output = str(tmp_path / "latr_sampling.json")
@@ -243,7 +242,7 @@ def test_sampling_study_reports_every_method_as_the_strategies_sample_it(tmp_pat
         pytest.approx(stats["latr/forwards"] / STUDY_TASKS)
     assert methods["latr"]["seeds"]["0"]["saturation_length"] == stats["latr/saturation_length"]
 
-    bad_flag, = wait_jobs(bad_flag)
+    bad_flag, = run_module_jobs(("-m", "launch.latr_sampling", "--methods=latr,beam"))
     assert_one_line_error(bad_flag, 2, "--methods=latr,beam", "independent, latr, hybrid")
 
 

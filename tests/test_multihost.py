@@ -28,7 +28,7 @@ import time
 import numpy as np
 import pytest
 
-from toy_run import ROOT, one_layer_policy
+from toy_run import ROOT, one_layer_policy, run_module_jobs
 
 JOB = os.path.join(ROOT, "tests", "multihost_job.py")
 LAUNCHER = os.path.join(ROOT, "launch", "cloud", "local_multiprocess.sh")
@@ -205,10 +205,10 @@ def test_local_launcher_appends_the_process_flags_and_stops_all_when_one_fails(t
 def test_invalid_process_flags_fail_at_launch_naming_the_flag():
     from toy_run import assert_one_line_error
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "launch.train", "--config=configs/frozen_lake_grpo.py",
-         "--workdir=/tmp/unused", "--coordinator_address=127.0.0.1:1234", "--num_processes=2",
-         "--process_id=2"], cwd=ROOT, env=_env(1), capture_output=True, text=True, timeout=120)
+    proc, = run_module_jobs(
+        (("-m", "launch.train", "--config=configs/frozen_lake_grpo.py", "--workdir=/tmp/unused",
+          "--coordinator_address=127.0.0.1:1234", "--num_processes=2", "--process_id=2"),
+         _env(1)), timeout=120)
     assert_one_line_error(proc, 2, "--process_id: 2 is not in [0, 2)")
 
 

@@ -3,7 +3,9 @@ FrozenLake, 2 lakes x 2 rollouts of at most 3 turns per step, and when a test as
 start of a few steps on 16 demonstrations), and running jobs as subprocesses (on their own, or
 several forked from one process that imported their libraries once)."""
 
+import atexit
 import os
+import signal
 import subprocess
 import sys
 
@@ -73,63 +75,124 @@ def wait_jobs(*procs, timeout=300) -> list[subprocess.CompletedProcess]:
     return done
 
 
-# A job is a fork of one Python process that imported these once; each job then imports its
-# launch module and runs it as `python -m` would (`runpy`, as __main__, with its own argv,
-# working directory, environment and stdout / stderr). JAX is imported but not initialised
-# before the fork, so a job's XLA_FLAGS still apply.
+# A job is a fork of a Python process that imported these once (a fork server: one per test
+# process and JAX environment, started on first use and kept for the session); each job then
+# imports its launch module and runs it as `python -m` would (`runpy`, as __main__, with its own
+# argv, working directory, environment and stdout / stderr). JAX is imported but never
+# initialised in the server, so a job's XLA_FLAGS (the fake device count) still apply. Every
+# job started as a process of its own imported JAX and the library again: 2-3 s of a 2-core
+# machine each, about 40 s of the suite's CPU time over its dozen-odd job batches.
 _PRELOAD = ("numpy", "jax", "jax.numpy", "absl.app", "absl.flags", "ml_collections.config_flags",
             "launch.common", "jaxtree.train.jobs", "jaxtree.evaluation", "jaxtree.policy")
-_FORK_JOBS = r"""
+_FORK_SERVER = r"""
 import json, os, runpy, sys
 sys.path[0] = os.getcwd()
-spec = json.load(sys.stdin)
-for name in spec["preload"]:
-    __import__(name)
-pids = []
-for job in spec["jobs"]:
-    pid = os.fork()
-    if pid == 0:
-        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        os.chdir(job["cwd"])
-        os.environ.clear()
-        os.environ.update(job["env"])
-        sys.argv = [job["module"], *job["args"]]
-        runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
-        sys.exit(0)
-    pids.append(pid)
-print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]))
+for line in sys.stdin:
+    spec = json.loads(line)
+    for name in spec["preload"]:
+        __import__(name)
+    pids = []
+    for job in spec["jobs"]:
+        pid = os.fork()
+        if pid == 0:
+            # the job's own stdin, stdout and stderr: never the server's control pipes
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            sys.stdin = open(os.devnull)
+            for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            os.chdir(job["cwd"])
+            os.environ.clear()
+            os.environ.update(job["env"])
+            if "module" in job:
+                sys.argv = [job["module"], *job["args"]]
+                runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = ["-c", *job["args"]]
+                exec(compile(job["code"], "<string>", "exec"), {"__name__": "__main__"})
+            sys.exit(0)
+        pids.append(pid)
+    print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]),
+          flush=True)
 """
+# {the JAX_ variables of the environment a server started in: server}. JAX reads them as it is
+# imported, so jobs whose environments set them otherwise need a server of their own.
+_SERVERS: dict = {}
+
+
+def _jax_environment(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith("JAX_")))
+
+
+def _fork_server(env: dict) -> subprocess.Popen:
+    """The running fork server for jobs in `env`, started if there is none (or it died)."""
+    key = _jax_environment(env)
+    server = _SERVERS.get(key)
+    if server is None or server.poll() is not None:
+        server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], cwd=ROOT,
+                                  env={**os.environ, **dict(key)}, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        _SERVERS[key] = server
+    return server
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """The server and every job it forked (its process group), killed."""
+    try:
+        os.killpg(server.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    server.wait()
+
+
+@atexit.register
+def _stop_servers():
+    for server in _SERVERS.values():
+        if server.poll() is None:
+            server.stdin.close()  # the server's loop ends; it has no job running between calls
+            server.wait()
 
 
 def run_module_jobs(*jobs, cwd=ROOT, timeout=300, preload=()) -> list[subprocess.CompletedProcess]:
     """The results of `python -m <module> <args>` jobs, each ("-m", module, *args) or
     (("-m", module, *args), env) or (("-m", module, *args), env, cwd) (env None: this
-    process's), run together. They start as forks of one process that has imported the
-    libraries they share (`_PRELOAD` and `preload`, e.g. "torch" for jobs that all import it),
-    so each skips the imports that are most of a job that only checks its flags and fails."""
+    process's), run together; ("-c", code, *args) in place of ("-m", ...) runs `python -c`. They start as forks of a process that has imported the libraries
+    they share (`_PRELOAD` and `preload`, e.g. "torch" for jobs that all import it), so each
+    skips the imports that are most of a job that only checks its flags and fails. Jobs that
+    outlast `timeout` are killed (with the server) and raise subprocess.TimeoutExpired."""
     import json
+    import select
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         spec = {"preload": [*_PRELOAD, *preload], "jobs": []}
         for i, job in enumerate(jobs):
             args, env, job_cwd = ((job, None, cwd) if job[0] == "-m" else
                                   (*job, cwd) if len(job) == 2 else job)
-            assert args[0] == "-m", args
-            spec["jobs"].append({"module": args[1], "args": list(args[2:]), "cwd": str(job_cwd),
+            assert args[0] in ("-m", "-c"), args
+            spec["jobs"].append({"module" if args[0] == "-m" else "code": args[1],
+                                 "args": list(args[2:]), "cwd": str(job_cwd),
                                  "env": dict(os.environ if env is None else env),
                                  "stdout": os.path.join(tmp, f"{i}.out"),
                                  "stderr": os.path.join(tmp, f"{i}.err")})
-        driver = subprocess.run([sys.executable, "-c", _FORK_JOBS], input=json.dumps(spec),
-                                cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        assert driver.returncode == 0, driver.stderr[-3000:]
-        statuses = json.loads(driver.stdout)
+        environments = {_jax_environment(job["env"]) for job in spec["jobs"]}
+        assert len(environments) == 1, f"one batch, one JAX environment: {environments}"
+        server = _fork_server(spec["jobs"][0]["env"])
+        server.stdin.write(json.dumps(spec) + "\n")
+        server.stdin.flush()
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        reply = server.stdout.readline() if ready else ""
+        if not reply:
+            _stop(server)
+            if not ready:
+                raise subprocess.TimeoutExpired([job.get("module", "-c") for job in spec["jobs"]],
+                                                timeout)
+            raise AssertionError(f"the fork server died (status {server.returncode})")
+        statuses = json.loads(reply)
         done = []
         for job, status in zip(spec["jobs"], statuses):
+            command = ["-m", job["module"]] if "module" in job else ["-c", job["code"]]
             with open(job["stdout"]) as out, open(job["stderr"]) as err:
                 done.append(subprocess.CompletedProcess(
-                    [sys.executable, "-m", job["module"], *job["args"]], status, out.read(),
-                    err.read()))
+                    [sys.executable, *command, *job["args"]], status, out.read(), err.read()))
         return done
 
 

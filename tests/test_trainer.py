@@ -147,6 +147,35 @@ def test_every_experiment_config_validates():
             assert exp.loss.eps_high > exp.loss.eps_low
 
 
+def test_a_process_reuses_the_updater_it_built_for_a_configuration(tmp_path):
+    """Two runs of one configuration in a process share one Updater (its jitted programs, so
+    they are traced and compiled once); any setting its programs depend on gives another, and
+    a LoRA updater (which holds its placed base) is never shared."""
+    import dataclasses
+
+    from jaxtree.train.pipeline import build_updater
+    model = one_layer_policy(str(tmp_path / "model"))
+    exp = Experiment.from_config(toy_config(model__name=model))
+    policy = load_policy(model)
+    first = build_updater(exp, policy, 4)
+    assert build_updater(exp, load_policy(model), 4) is first   # another load, same shapes
+    assert build_updater(Experiment.from_config(toy_config(model__name=model)), policy, 4) is first
+    others = [(Experiment.from_config(toy_config(model__name=model, **setting)), policy, 4)
+              for setting in ({"loss__kl_coef": 0.5}, {"optim__learning_rate": 0.1},
+                              {"steps": 7}, {"train__micro_batch_size": 1},
+                              {"model__remat": True})]
+    others.append((exp, load_policy("tiny"), 4))                       # another architecture
+    # seq-sum's constant: max_action_tokens x the environment's turn limit when max_turns is 0
+    no_turn_limit = Experiment.from_config(toy_config(model__name=model, rollout__max_turns=0))
+    others.append((no_turn_limit, policy, 5))
+    assert build_updater(no_turn_limit, policy, 4) is not build_updater(*others[-1])
+    for other in others:
+        assert build_updater(*other) is not first
+        assert build_updater(exp, policy, 4) is first  # still kept beside the others
+    lora = dataclasses.replace(policy, lora=dataclasses.replace(exp.model.lora, rank=2))
+    assert build_updater(exp, lora, 4) is not build_updater(exp, lora, 4)
+
+
 def test_old_flat_train_fields_keep_working_in_rl_config():
     config = rl_config(sibling_config(CONFIG_FILE, "frozen_lake_sft"), "grpo",
                        strategy="independent", kl_coef=0.05, keep_fraction=0.5, steps=7)

@@ -130,8 +130,10 @@ def _fork_server(env: dict) -> subprocess.Popen:
     key = _jax_environment(env)
     server = _SERVERS.get(key)
     if server is None or server.poll() is not None:
+        # exactly the jobs' JAX_ variables: none of this process's that the jobs' lack
+        server_env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
         server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], cwd=ROOT,
-                                  env={**os.environ, **dict(key)}, stdin=subprocess.PIPE,
+                                  env={**server_env, **dict(key)}, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, start_new_session=True)
         _SERVERS[key] = server
     return server
@@ -157,10 +159,11 @@ def _stop_servers():
 def run_module_jobs(*jobs, cwd=ROOT, timeout=300, preload=()) -> list[subprocess.CompletedProcess]:
     """The results of `python -m <module> <args>` jobs, each ("-m", module, *args) or
     (("-m", module, *args), env) or (("-m", module, *args), env, cwd) (env None: this
-    process's), run together; ("-c", code, *args) in place of ("-m", ...) runs `python -c`. They start as forks of a process that has imported the libraries
-    they share (`_PRELOAD` and `preload`, e.g. "torch" for jobs that all import it), so each
-    skips the imports that are most of a job that only checks its flags and fails. Jobs that
-    outlast `timeout` are killed (with the server) and raise subprocess.TimeoutExpired."""
+    process's), run together; ("-c", code, *args) in place of ("-m", ...) runs `python -c`.
+    They start as forks of a process that has imported the libraries they share (`_PRELOAD`
+    and `preload`, e.g. "torch" for jobs that all import it), so each skips the imports that
+    are most of a job that only checks its flags and fails. Jobs that outlast `timeout` are
+    killed (with the server) and raise subprocess.TimeoutExpired."""
     import json
     import select
     import tempfile

@@ -119,11 +119,11 @@ def _copy_new_evaluations(src: str, dst: str) -> None:
 def save_evaluations(records: str, warm: WarmStart) -> None:
     """Keeps the warm start's shared evaluations in the records (those not kept yet)."""
     _copy_new_evaluations(os.path.join(warm.workdir, EVALS_DIRECTORY),
-                                 evaluations_dir(records, warm))
+                          evaluations_dir(records, warm))
 
 
 def restore_evaluations(records: str, warm: WarmStart) -> None:
     """Puts the recorded shared evaluations into the (rebuilt) warm start, never replacing one
     there; a run then reads the result whose key its parameters and settings give."""
     _copy_new_evaluations(evaluations_dir(records, warm),
-                                 os.path.join(warm.workdir, EVALS_DIRECTORY))
+                          os.path.join(warm.workdir, EVALS_DIRECTORY))

@@ -84,13 +84,15 @@ def _grad_fn(model_config, loss_config, memory, loss=losses.minibatch_loss, base
         has_aux=True)
 
 
-def loss_sum_keys(model_config, loss_config: losses.LossConfig, params, mb_template,
-                  memory: TrainingMemory = TrainingMemory(),
-                  loss=losses.minibatch_loss) -> tuple[str, ...]:
-    """The names of the loss sums `loss` reports for this loss config (traced abstractly;
-    `mb_template`: any micro-batch, only its dtypes matter)."""
-    (_, sums), _ = jax.eval_shape(_grad_fn(model_config, loss_config, memory, loss), params,
-                                  mb_template)
+def loss_sum_keys(loss_config: losses.LossConfig) -> tuple[str, ...]:
+    """The names of the loss sums a loss reports for this loss config. Every loss of the update
+    (`losses.minibatch_loss`, its action-only and forest forms) ends in `losses.loss_of_scores`,
+    so its sums are traced abstractly on a one-token micro-batch: no model forward and backward
+    is traced for their names (that trace cost as much as the update step's own)."""
+    one_token = Minibatch(*(jax.ShapeDtypeStruct((1, 1), dtype) for dtype in MINIBATCH_DTYPES))
+    scores = jax.ShapeDtypeStruct((1, 1), jnp.float32)
+    _, sums = jax.eval_shape(functools.partial(losses.loss_of_scores, loss_config), scores,
+                             scores, one_token)
     return tuple(sums)
 
 
@@ -162,8 +164,7 @@ def update_step(model_config: ModelConfig, optimizer: optax.GradientTransformati
     if micro_batch_sharding is not None:
         mbs = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, micro_batch_sharding),
                            mbs)
-    keys = loss_sum_keys(model_config, loss_config, state.params if base is None else base,
-                         jax.tree.map(lambda x: x[0], mbs), memory, loss)
+    keys = loss_sum_keys(loss_config)
     carry = accumulate_gradients(model_config, loss_config, memory, state.params,
                                  zero_carry(state.params, keys), mbs, loss=loss, base=base,
                                  lora_scale=lora_scale)
@@ -271,10 +272,8 @@ class Updater:
             functools.partial(apply_gradients, optimizer),
             in_shardings=(self.state_shardings, self._carry_shardings),
             out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
-        template = Minibatch(*(jax.ShapeDtypeStruct((1, width_multiple), dtype)
-                               for dtype in MINIBATCH_DTYPES))
-        sum_keys = loss_sum_keys(model_config, loss_config, params_template, template, memory)
-        self._zero_carry = jax.jit(functools.partial(zero_carry, sum_keys=sum_keys),
+        self._zero_carry = jax.jit(functools.partial(zero_carry,
+                                                     sum_keys=loss_sum_keys(loss_config)),
                                    in_shardings=(self.param_shardings,),
                                    out_shardings=self._carry_shardings)
         self._copy = jax.jit(lambda tree: jax.tree_util.tree_map(jnp.copy, tree),

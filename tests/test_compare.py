@@ -36,6 +36,18 @@ CURVES = {("a", 0): (0.2, 0.7, 0.6), ("a", 1): (0.4, 0.5, 0.8),
           ("b", 0): (0.1, 0.2, 0.3), ("b", 1): (0.3, 0.2, 0.5)}
 
 
+# The tests that read the curve figures. matplotlib draws one in ~0.15 s and the harness draws
+# every metric's on each run, so the ~40 runs of this file would spend ~12 s of CPU on figures
+# only these tests open; the others check the harness with the drawing left out.
+DRAWS_CURVES = ("test_aggregation_outputs_and_hand_checked_values",)
+
+
+@pytest.fixture(autouse=True)
+def _curves_drawn_only_where_read(request, monkeypatch):
+    if request.node.originalname not in DRAWS_CURVES:
+        monkeypatch.setattr(compare.results, "plot_curves", lambda results, out: [])
+
+
 class FakeRunner:
     """Writes what launch.sft / launch.train would leave behind, from CURVES."""
 

@@ -160,10 +160,12 @@ def test_a_process_reuses_the_updater_it_built_for_a_configuration(tmp_path):
     first = build_updater(exp, policy, 4)
     assert build_updater(exp, load_policy(model), 4) is first   # another load, same shapes
     assert build_updater(Experiment.from_config(toy_config(model__name=model)), policy, 4) is first
+    # a run's length matters to a decaying learning rate only
+    assert build_updater(Experiment.from_config(toy_config(model__name=model, steps=7)), policy,
+                         4) is first
     others = [(Experiment.from_config(toy_config(model__name=model, **setting)), policy, 4)
               for setting in ({"loss__kl_coef": 0.5}, {"optim__learning_rate": 0.1},
-                              {"steps": 7}, {"train__micro_batch_size": 1},
-                              {"model__remat": True})]
+                              {"train__micro_batch_size": 1}, {"model__remat": True})]
     others.append((exp, load_policy("tiny"), 4))                       # another architecture
     # seq-sum's constant: max_action_tokens x the environment's turn limit when max_turns is 0
     no_turn_limit = Experiment.from_config(toy_config(model__name=model, rollout__max_turns=0))
@@ -172,6 +174,10 @@ def test_a_process_reuses_the_updater_it_built_for_a_configuration(tmp_path):
     for other in others:
         assert build_updater(*other) is not first
         assert build_updater(exp, policy, 4) is first  # still kept beside the others
+    cosine = [Experiment.from_config(toy_config(model__name=model, steps=steps,
+                                                optim__schedule="cosine")) for steps in (4, 7)]
+    assert build_updater(cosine[0], policy, 4) is build_updater(cosine[0], policy, 4)
+    assert build_updater(cosine[1], policy, 4) is not build_updater(cosine[0], policy, 4)
     lora = dataclasses.replace(policy, lora=dataclasses.replace(exp.model.lora, rank=2))
     assert build_updater(exp, lora, 4) is not build_updater(exp, lora, 4)
 

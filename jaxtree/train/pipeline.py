@@ -151,6 +151,9 @@ def _updater_key(exp: Experiment, policy: Policy, total_steps: int, mesh,
     if policy.lora is not None and policy.lora.enabled:
         return None
     leaves, structure = jax.tree_util.tree_flatten(policy.params)
+    # the run's length reaches the programs only through a decaying schedule: runs of a
+    # constant learning rate (after any warm-up) share one Updater whatever their lengths
+    total_steps = total_steps if exp.optim.schedule != "constant" else None
     return (policy.config, exp.optim, total_steps, exp.loss, exp.train.micro_batch_size, mesh,
             exp.model.training_memory(), norm_constant, structure,
             tuple((tuple(x.shape), str(x.dtype)) for x in leaves))

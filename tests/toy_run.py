@@ -85,7 +85,8 @@ def wait_jobs(*procs, timeout=300) -> list[subprocess.CompletedProcess]:
 # fake-device scripts forked from it too, the suite took 467 s of CPU instead of 537 s (274 s
 # instead of 313 s on 2 cores).
 _PRELOAD = ("numpy", "jax", "jax.numpy", "absl.app", "absl.flags", "ml_collections.config_flags",
-            "launch.common", "jaxtree.train.jobs", "jaxtree.evaluation", "jaxtree.policy")
+            "launch.common", "jaxtree.train.jobs", "jaxtree.evaluation", "jaxtree.policy",
+            "orbax.checkpoint", "gymnasium")  # the last two: what jobs import on first use
 _FORK_SERVER = r"""
 import json, os, runpy, sys
 sys.path[0] = os.getcwd()

@@ -73,6 +73,14 @@ def pytest_configure(config):
     config.stash[gc_collect_iterations_key] = 1
 
 
+def pytest_collection_finish(session):
+    """What is alive once the tests are collected (the modules of JAX, PyTorch, transformers and
+    the project, millions of objects) lives until the end: frozen, full collections skip it
+    (a worker's time in collections over four of the slowest files: 4.4-4.6 s -> 3.2-4.1 s)."""
+    gc.collect()
+    gc.freeze()
+
+
 @atexit.register
 def _remove_own_cache():
     """The process that created the session's compilation cache removes it as it exits (a pytest

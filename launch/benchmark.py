@@ -96,7 +96,8 @@ _CREDIT_SEQ_LEN = flags.DEFINE_integer("credit_seq_len", 128,
                                        "credit: tokens per row of the update step compared with.")
 _CREDIT_MICRO_BATCH = flags.DEFINE_integer("credit_micro_batch", 256,
                                            "credit: micro-batch of the update step.")
-_POLICY = flags.DEFINE_string("policy", "tiny", "mc_values: a preset name or a checkpoint.")
+_POLICY = flags.DEFINE_string("policy", "tiny", "rollout, mc_values, trees: a preset name (random "
+                              "init) or a checkpoint.")
 _CONTINUATIONS = flags.DEFINE_list("continuations", ["4"], "mc_values: values of m to time.")
 _GROUPS = flags.DEFINE_integer("groups", 8, "mc_values: tasks per step.")
 _MC_CONTEXT = flags.DEFINE_integer("mc_context_length", 384, "mc_values: tokens per slot.")
@@ -151,7 +152,8 @@ def main(argv):
         if unknown:
             fail(f"--labels: {unknown[0]!r} is not one of {tuple(rollout.LABEL_SETS)}")
         rollout.run([int(s) for s in _SLOTS.value], _ROLLOUT_EPISODES.value, _ENV.value,
-                    _ACTION_TOKENS.value, output, _LABEL_SETS.value, _REPEATS.value)
+                    _ACTION_TOKENS.value, output, _LABEL_SETS.value, _REPEATS.value,
+                    _POLICY.value)
     elif name == "train":
         from launch.benchmarks import train  # noqa: PLC0415
 

@@ -9,31 +9,33 @@ from toy_run import one_layer_policy, run_module_jobs
 # The command-line jobs of this file, as (name, flags); `cli` runs them together.
 CLI_JOBS = {
     "envs": ("envs", "--episodes=2", "--policy_seeds=3"),
-    "rollout": ("rollout", "--slots=8", "--rollout_episodes=8", "--action_tokens=4"),
+    "rollout": ("rollout", "--slots=8", "--rollout_episodes=8", "--action_tokens=4",
+                "--repeats=1"),  # and --policy: the one-block model (`cli`)
     "bad_yaml_options": ("trees", "--env_options={size: 4}"),
     "bad_list_options": ("trees", "--env_options=[4]"),
 }
 
 
 @pytest.fixture(scope="module")
-def cli(tmp_path_factory):
+def one_layer(tmp_path_factory):
+    """The tiny preset with one decoder block (`one_layer_policy`) for the benchmarks of this
+    file: what they report does not depend on the model's depth."""
+    return one_layer_policy(str(tmp_path_factory.mktemp("one_layer")))
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory, one_layer):
     """{name: (finished job, its --output path)} of CLI_JOBS, run as `python -m launch.benchmark`
     jobs forked from one process that imported their libraries (PyTorch included: every
     benchmark's JSON describes the machine with it) once."""
     out = tmp_path_factory.mktemp("cli")
     outputs = {name: out / f"{name}.json" for name in CLI_JOBS}
     procs = run_module_jobs(*[("-m", "launch.benchmark", benchmark, *rest,
+                               *(("--policy=" + one_layer,) if name == "rollout" else ()),
                                f"--output={outputs[name]}")
                               for name, (benchmark, *rest) in CLI_JOBS.items()],
                             preload=("torch", "launch.benchmarks.common"))
     return {name: (proc, outputs[name]) for name, proc in zip(CLI_JOBS, procs)}
-
-
-@pytest.fixture(scope="module")
-def one_layer(tmp_path_factory):
-    """The tiny preset with one decoder block (`one_layer_policy`) for the benchmarks run in
-    this process: what they report does not depend on the model's depth."""
-    return one_layer_policy(str(tmp_path_factory.mktemp("one_layer")))
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Rollout throughput of the slot engine: environment turns/s, generated tokens/s, host share.
 
-The tiny model (random weights, so every action runs to the per-turn token limit: the most decode
-work per turn) plays `episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
+A policy (default the tiny preset, random weights, so every action runs to the per-turn token
+limit: the most decode work per turn; `--policy` names another preset or a checkpoint) plays `episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
 a warm-up rollout that compiles every shape. Host time is the engine's tokenize + environment step
 + detokenize + bookkeeping; device time is the wall time of its device calls (dispatch to results
 on the host). Processed tokens count the observation tokens appended to the caches as well as the
@@ -20,13 +20,12 @@ import time
 import jax
 
 import environments
-from jaxtree import models
+from jaxtree.policy import load_policy
 from jaxtree.rollout.engine import RolloutConfig, SlotEngine
 from jaxtree.rollout.labels import TurnLabeler
 from jaxtree.rollout.signatures import signature_function
 from jaxtree.rollout.strategies import sample_independent
 from jaxtree.sampling.logits_processing import SamplingConfig
-from jaxtree.tokenizers import ByteTokenizer
 from jaxtree.utils import print_table
 from launch.benchmarks.common import write_json
 
@@ -37,10 +36,9 @@ LABEL_SETS = {"read": (), "every": ("verified", "process_score", "state_signatur
 
 
 def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output: str,
-        label_sets=("read",), repeats: int = 1) -> None:
-    config = models.get_preset("tiny")
-    params = models.init_params(config, jax.random.key(0))
-    tokenizer = ByteTokenizer()
+        label_sets=("read",), repeats: int = 1, policy_spec: str = "tiny") -> None:
+    policy = load_policy(policy_spec)
+    config, params, tokenizer = policy.config, policy.params, policy.tokenizer
     make_env = lambda: environments.make(env_name, style="compact")  # noqa: E731
     results, rows = [], []
     for slots in slots_list:
@@ -74,7 +72,7 @@ def run(slots_list, episodes: int, env_name: str, max_action_tokens: int, output
                          entry["processed_tokens_per_s"], f"{entry['host_share']:.1%}",
                          f"{entry['device_share']:.1%}"])
         print(f"  {slots} slots: done", flush=True)
-    print(f"\nrollout: tiny model (random weights), {env_name} compact, "
+    print(f"\nrollout: {policy_spec}, {env_name} compact, "
           f"{max_action_tokens} tokens per action, median of {repeats} run(s)")
     table = print_table(["env", "slots", "labels", "episodes", "seconds", "host ms/turn",
                          "env turns/s",

@@ -6,28 +6,47 @@ from hf_reference import build_chatml_tokenizer, random_hf_model
 from toy_run import run_module_jobs
 
 
+# The context of the policy the capping test samples from: a random policy rarely ends a sample,
+# so the samples run to the cap (the tiny preset's 4,096 positions cost ~9 s of decoding).
+SHORT_CONTEXT = 96
+
+
+def short_context_policy(path: str) -> str:
+    """A jaxtree checkpoint at `path` of the tiny preset with one decoder block and a context of
+    SHORT_CONTEXT positions (random init)."""
+    import jax
+
+    from jaxtree import checkpoints, models
+    config = models.get_preset("tiny").replace(num_layers=1,
+                                               max_position_embeddings=SHORT_CONTEXT)
+    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
+                            "byte")
+    return path
+
+
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
-    """{'tiny': job, 'checkpoint': job, 'checkpoint_dir': path}: the `launch.sample` jobs of the
+    """{'short': job, 'checkpoint': job, 'checkpoint_dir': path}: the `launch.sample` jobs of the
     tests below, run together (forked from one process that imported their libraries once); the
-    second samples a random qwen2 checkpoint with a ChatML tokenizer."""
+    first samples a jaxtree checkpoint of SHORT_CONTEXT positions, the second a random qwen2
+    checkpoint with a ChatML tokenizer."""
+    short = short_context_policy(str(tmp_path_factory.mktemp("short")))
     checkpoint = tmp_path_factory.mktemp("hf")
     fast = build_chatml_tokenizer(checkpoint)
     random_hf_model("qwen2", vocab_size=len(fast)).save_pretrained(str(checkpoint))
-    tiny, from_checkpoint = run_module_jobs(
-        ("-m", "launch.sample", "--model=tiny", "--prompt=Hello", "--num_samples=3",
+    short, from_checkpoint = run_module_jobs(
+        ("-m", "launch.sample", f"--model={short}", "--prompt=Hello", "--num_samples=3",
          "--max_new_tokens=100000", "--temperature=0.8", "--top_p=0.9"),
         ("-m", "launch.sample", f"--model={checkpoint}", "--prompt=hello world", "--chat",
          "--num_samples=2", "--max_new_tokens=8"))
-    return {"tiny": tiny, "checkpoint": from_checkpoint, "checkpoint_dir": checkpoint}
+    return {"short": short, "checkpoint": from_checkpoint, "checkpoint_dir": checkpoint}
 
 
-def test_sample_with_the_tiny_preset_caps_max_new_tokens_to_the_context(samples):
-    from jaxtree.models.presets import PRESETS
+def test_sample_caps_max_new_tokens_to_the_models_context(samples):
     from jaxtree.tokenizers import ByteTokenizer
-    proc = samples["tiny"]
+    proc = samples["short"]
     assert proc.returncode == 0, proc.stderr
-    context = PRESETS["tiny"].max_position_embeddings
+    context = SHORT_CONTEXT
     prompt = len(ByteTokenizer().encode("Hello", add_bos=True))
     assert proc.stdout.splitlines()[0] == (f"--max_new_tokens=100000 capped to "
                                            f"{context - prompt} (context {context} - prompt "

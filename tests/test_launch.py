@@ -3,39 +3,25 @@
 import pytest
 
 from hf_reference import build_chatml_tokenizer, random_hf_model
-from toy_run import run_module_jobs
-
+from toy_run import one_layer_policy, run_module_jobs
 
 # The context of the policy the capping test samples from: a random policy rarely ends a sample,
 # so the samples run to the cap (the tiny preset's 4,096 positions cost ~9 s of decoding).
 SHORT_CONTEXT = 96
 
 
-def short_context_policy(path: str) -> str:
-    """A jaxtree checkpoint at `path` of the tiny preset with one decoder block and a context of
-    SHORT_CONTEXT positions (random init)."""
-    import jax
-
-    from jaxtree import checkpoints, models
-    config = models.get_preset("tiny").replace(num_layers=1,
-                                               max_position_embeddings=SHORT_CONTEXT)
-    checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(0)), config,
-                            "byte")
-    return path
-
-
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
     """{'short': job, 'checkpoint': job, 'checkpoint_dir': path}: the `launch.sample` jobs of the
     tests below, run together (forked from one process that imported their libraries once); the
-    first samples a jaxtree checkpoint of SHORT_CONTEXT positions, the second a random qwen2
-    checkpoint with a ChatML tokenizer."""
-    short = short_context_policy(str(tmp_path_factory.mktemp("short")))
+    first samples a one-block jaxtree checkpoint of SHORT_CONTEXT positions, the second a random
+    qwen2 checkpoint with a ChatML tokenizer."""
+    short_model = one_layer_policy(str(tmp_path_factory.mktemp("short")), context=SHORT_CONTEXT)
     checkpoint = tmp_path_factory.mktemp("hf")
     fast = build_chatml_tokenizer(checkpoint)
     random_hf_model("qwen2", vocab_size=len(fast)).save_pretrained(str(checkpoint))
     short, from_checkpoint = run_module_jobs(
-        ("-m", "launch.sample", f"--model={short}", "--prompt=Hello", "--num_samples=3",
+        ("-m", "launch.sample", f"--model={short_model}", "--prompt=Hello", "--num_samples=3",
          "--max_new_tokens=100000", "--temperature=0.8", "--top_p=0.9"),
         ("-m", "launch.sample", f"--model={checkpoint}", "--prompt=hello world", "--chat",
          "--num_samples=2", "--max_new_tokens=8"))

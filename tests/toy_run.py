@@ -30,14 +30,17 @@ TOY_SFT = {"train.init": "sft", "sft.num_episodes": 16, "sft.steps": 4, "sft.war
            "sft.batch_size": 2, "sft.log_every": 1}
 
 
-def one_layer_policy(path: str, seed: int = 0) -> str:
+def one_layer_policy(path: str, seed: int = 0, context: int | None = None) -> str:
     """Saves at `path` (and returns it) a policy checkpoint of the tiny preset with one decoder
     block instead of four, random init (key `seed`): where nothing a test checks depends on the
-    model's depth, each of its jobs traces and compiles its programs about three times faster."""
+    model's depth, each of its jobs traces and compiles its programs about three times faster.
+    `context`: its max_position_embeddings instead of the preset's 4,096."""
     import jax
 
     from jaxtree import checkpoints, models
     config = models.get_preset("tiny").replace(num_layers=1)
+    if context is not None:
+        config = config.replace(max_position_embeddings=context)
     checkpoints.save_policy(path, 0, models.init_params(config, jax.random.key(seed)), config,
                             "byte")
     return path

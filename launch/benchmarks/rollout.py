@@ -1,7 +1,8 @@
 """Rollout throughput of the slot engine: environment turns/s, generated tokens/s, host share.
 
 A policy (default the tiny preset, random weights, so every action runs to the per-turn token
-limit: the most decode work per turn; `--policy` names another preset or a checkpoint) plays `episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
+limit: the most decode work per turn; `--policy` names another preset or a checkpoint) plays
+`episodes` FrozenLake 4x4 episodes in compact style with `slots` slots, after
 a warm-up rollout that compiles every shape. Host time is the engine's tokenize + environment step
 + detokenize + bookkeeping; device time is the wall time of its device calls (dispatch to results
 on the host). Processed tokens count the observation tokens appended to the caches as well as the

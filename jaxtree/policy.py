@@ -88,6 +88,11 @@ class ModelSpec(Section):
         True, "training: the RL update projects onto the vocabulary only at the action tokens "
         "whose log-probs the loss needs (in slots per row, a power of two), not at prompt and "
         "observation tokens (the same loss up to float rounding; false: every position)")
+    cpu_library_fusions: bool = option(
+        True, "training, on a CPU: compile the RL update's programs (its steps, the reference and "
+        "sampler-check log-probs) with XLA:CPU's library (YNNPACK) fusions, XLA's default (false: "
+        "its own emitters, the same numbers up to float rounding; on SmolLM2-135M 9% faster "
+        "update and 22% faster reference pass; sampling keeps the default either way)")
     lora: LoraConfig = LoraConfig()
 
     def training_memory(self) -> TrainingMemory:

@@ -14,8 +14,9 @@ from fake_devices import run_script
 from jaxtree import losses, models
 from jaxtree.parallel import mesh as mesh_lib
 from jaxtree.losses import LossConfig
-from jaxtree.train.update import (Updater, accumulation_calls, length_groups, make_optimizer,
-                                  make_schedule, needed_widths, take_micro_batch, update_step)
+from jaxtree.train.update import (Updater, accumulation_calls, cpu_compiler_options,
+                                  length_groups, make_optimizer, make_schedule, needed_widths,
+                                  take_micro_batch, update_step)
 
 
 def one_layer_config():
@@ -194,6 +195,29 @@ def test_micro_batches_by_length_equal_the_fused_step(model):
     state, metrics = updater.step(updater.init_state(params), empty, by_length=True)
     assert float(metrics["tokens"]) == 0 and float(metrics["grad_norm"]) == 0
     assert int(metrics["skipped"]) == 0
+
+
+def test_an_update_compiled_without_cpu_library_fusions_computes_the_same(model):
+    """`model.cpu_library_fusions` false compiles the update's programs with other XLA:CPU
+    options (another program) that compute the default's update and log-probs up to float
+    rounding."""
+    config, params = model
+    batch = _with_weights(_random_batch(config, rows=4, width=24, seed=6))
+    options = cpu_compiler_options(False)
+    assert cpu_compiler_options(True) is None and options
+    updaters = [Updater(config, SGD, LOSS, 2, mesh_lib.make_mesh(), params, width_multiple=8,
+                        compiler_options=o) for o in (None, options)]
+    (default, default_metrics), (other, other_metrics) = (
+        u.step(u.init_state(params), batch, by_length=True) for u in updaters)
+    chex.assert_trees_all_close(other.params, default.params, atol=2e-5, rtol=1e-5)
+    for key in ("loss", "kl", "entropy", "grad_norm", "update_norm"):
+        np.testing.assert_allclose(other_metrics[key], default_metrics[key], rtol=1e-5)
+    placed = [u.place_params(params) for u in updaters]
+    logprobs = [np.asarray(u.logprobs(p, batch.tokens)) for u, p in zip(updaters, placed)]
+    np.testing.assert_allclose(logprobs[1], logprobs[0], atol=1e-5)
+    programs = [u._logprobs.lower(p, batch.tokens).compile().as_text()
+                for u, p in zip(updaters, placed)]
+    assert programs[0] != programs[1]
 
 
 def test_a_non_finite_loss_skips_the_update_and_says_so(model):

@@ -165,7 +165,8 @@ def test_a_process_reuses_the_updater_it_built_for_a_configuration(tmp_path):
                          4) is first
     others = [(Experiment.from_config(toy_config(model__name=model, **setting)), policy, 4)
               for setting in ({"loss__kl_coef": 0.5}, {"optim__learning_rate": 0.1},
-                              {"train__micro_batch_size": 1}, {"model__remat": True})]
+                              {"train__micro_batch_size": 1}, {"model__remat": True},
+                              {"model__cpu_library_fusions": False})]
     others.append((exp, load_policy("tiny"), 4))                       # another architecture
     # seq-sum's constant: max_action_tokens x the environment's turn limit when max_turns is 0
     no_turn_limit = Experiment.from_config(toy_config(model__name=model, rollout__max_turns=0))

@@ -35,7 +35,7 @@ from jaxtree.rewards.base import RewardTerm
 from jaxtree.rollout.labels import LABELS, environment_labels
 from jaxtree.rollout.signatures import SIGNATURES
 from jaxtree.rollout.strategies import STRATEGIES, RolloutStrategy, build_strategy, check_stage
-from jaxtree.train.update import Updater, optimizer_from_config
+from jaxtree.train.update import Updater, cpu_compiler_options, optimizer_from_config
 
 WIDTH_MULTIPLE = 64  # token widths are padded to a multiple of this: few distinct shapes
 
@@ -155,7 +155,7 @@ def _updater_key(exp: Experiment, policy: Policy, total_steps: int, mesh,
     # constant learning rate (after any warm-up) share one Updater whatever their lengths
     total_steps = total_steps if exp.optim.schedule != "constant" else None
     return (policy.config, exp.optim, total_steps, exp.loss, exp.train.micro_batch_size, mesh,
-            exp.model.training_memory(), norm_constant, structure,
+            exp.model.training_memory(), exp.model.cpu_library_fusions, norm_constant, structure,
             tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
 
 
@@ -177,7 +177,8 @@ def build_updater(exp: Experiment, policy: Policy, max_steps: int) -> Updater:
         updater = Updater(policy.config, optimizer, exp.loss, t.micro_batch_size, mesh,
                           policy.params, exp.model.training_memory(),
                           width_multiple=WIDTH_MULTIPLE, schedule=schedule,
-                          norm_constant=norm_constant, lora=policy.lora)
+                          norm_constant=norm_constant, lora=policy.lora,
+                          compiler_options=cpu_compiler_options(exp.model.cpu_library_fusions))
     except ValueError as e:
         raise ConfigError("mesh", str(e)) from e
     if key is not None:

@@ -210,6 +210,16 @@ def accumulation_calls(groups: list[tuple[np.ndarray, int]]) -> list[tuple[list,
     return calls
 
 
+def cpu_compiler_options(library_fusions: bool) -> dict[str, str] | None:
+    """XLA options for the update's programs: None (XLA's defaults) unless `library_fusions` is
+    False on the CPU backend, which compiles them without XLA:CPU's library (YNNPACK) fusions
+    (`model.cpu_library_fusions`: on SmolLM2-135M's update faster, on its sampling slower;
+    docs/design.md, "XLA:CPU notes")."""
+    if library_fusions or jax.default_backend() != "cpu":
+        return None
+    return {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
 class Updater:
     """The jitted, sharded update step and reference log-probs for one model, optimizer and mesh.
 
@@ -229,8 +239,12 @@ class Updater:
                  loss_config: losses.LossConfig, micro_batch_size: int, mesh: Mesh,
                  params_template, memory: TrainingMemory = TrainingMemory(),
                  width_multiple: int = 64, schedule: optax.Schedule | None = None,
-                 norm_constant: float = 0.0, lora: LoraConfig | None = None):
+                 norm_constant: float = 0.0, lora: LoraConfig | None = None,
+                 compiler_options: dict[str, str] | None = None):
         self.model_config = model_config
+        # XLA options of every program that computes the model (the update's steps, the
+        # reference and forest log-probs): `cpu_compiler_options`
+        self.compiler_options = compiler_options
         self.optimizer = optimizer
         self.schedule = schedule
         self.norm_constant = norm_constant
@@ -271,7 +285,8 @@ class Updater:
         self._apply = jax.jit(
             functools.partial(apply_gradients, optimizer),
             in_shardings=(self.state_shardings, self._carry_shardings),
-            out_shardings=(self.state_shardings, replicated), donate_argnums=(0,))
+            out_shardings=(self.state_shardings, replicated), donate_argnums=(0,),
+            compiler_options=compiler_options)
         self._zero_carry = jax.jit(functools.partial(zero_carry,
                                                      sum_keys=loss_sum_keys(loss_config)),
                                    in_shardings=(self.param_shardings,),
@@ -293,16 +308,17 @@ class Updater:
                 out_shardings=self.model_shardings)
 
     def _with_base(self, fn, in_shardings, out_shardings, donate_argnums=()):
-        """`fn(*args)` jitted; with LoRA `fn(*args, base=, lora_scale=)`, the frozen base an
-        explicit input."""
+        """`fn(*args)` jitted (with the updater's compiler options); with LoRA `fn(*args, base=,
+        lora_scale=)`, the frozen base an explicit input."""
         if self.lora is None:
             return jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings,
-                           donate_argnums=donate_argnums)
+                           donate_argnums=donate_argnums, compiler_options=self.compiler_options)
         scale = self.lora.scale
         jitted = jax.jit(lambda base, *args: fn(*args, base=base, lora_scale=scale),
                          in_shardings=(self.model_shardings, *in_shardings),
                          out_shardings=out_shardings,
-                         donate_argnums=tuple(i + 1 for i in donate_argnums))
+                         donate_argnums=tuple(i + 1 for i in donate_argnums),
+                         compiler_options=self.compiler_options)
         call = functools.partial(jitted, self.base)
         call.lower = functools.partial(jitted.lower, self.base)  # as a jitted function's
         return call
@@ -321,7 +337,7 @@ class Updater:
         for model params: a plain tree (the model, the LoRA base) or `LoraParams`."""
         jit_for = lambda shardings: jax.jit(  # noqa: E731
             fn, in_shardings=(shardings, *(self.batch_sharding,) * batch_args),
-            out_shardings=self.batch_sharding)
+            out_shardings=self.batch_sharding, compiler_options=self.compiler_options)
         plain = jit_for(self.model_shardings)
         if self.lora is None:
             return plain

@@ -110,8 +110,9 @@ _SAVED_BATCHES = flags.DEFINE_list("batch_files", [], "prefix_update: batches th
 _SYNTHETIC = flags.DEFINE_string("synthetic", None, "prefix_update: instead of saved batches, "
                                  "random groups sharing a prompt on this config file's model "
                                  "(the break-even of train.prefix_sharing='auto').")
-_SYNTHETIC_OVERRIDES = flags.DEFINE_string("synthetic_overrides", "{}", "prefix_update "
-                                           "--synthetic: JSON of dotted config fields -> values.")
+_OVERRIDES = flags.DEFINE_string("overrides", "{}", "prefix_update: JSON of dotted config "
+                                 "fields -> values, set on the saved batches' configs or the "
+                                 "--synthetic config (e.g. '{\"model.cpu_library_fusions\": false}').")
 _PROMPT_SHARES = flags.DEFINE_list("prompt_shares", ["0", "0.25", "0.5", "0.75", "0.9"],
                                    "prefix_update --synthetic: shares of each row that are "
                                    "its group's prompt.")
@@ -235,16 +236,30 @@ def _train_lora(train, output: str) -> None:
 def _prefix_update(output: str) -> None:
     import os  # noqa: PLC0415
 
+    from jaxtree.compare.grid import import_file  # noqa: PLC0415
+    from jaxtree.config import ConfigError  # noqa: PLC0415
     from launch.benchmarks import prefix_update  # noqa: PLC0415
+
+    try:
+        overrides = json.loads(_OVERRIDES.value)
+    except ValueError as e:
+        fail(f"--overrides: {e}")
+    if not isinstance(overrides, dict):
+        fail("--overrides: expected a JSON object of dotted fields -> values")
+
+    def check_overrides(config: dict, source: str) -> None:
+        try:
+            prefix_update.config_with(config, overrides)
+        except ConfigError as e:
+            fail(f"--overrides on {source}: {e}")
 
     if _SYNTHETIC.value:
         try:
-            overrides = json.loads(_SYNTHETIC_OVERRIDES.value)
             shares = [float(s) for s in _PROMPT_SHARES.value]
         except ValueError as e:
-            fail(f"--synthetic_overrides / --prompt_shares: {e}")
-        if not isinstance(overrides, dict):
-            fail("--synthetic_overrides: expected a JSON object of dotted fields -> values")
+            fail(f"--prompt_shares: {e}")
+        check_overrides(import_file(_SYNTHETIC.value, "_jaxtree_benchmark_config").get_config()
+                        .to_dict(), _SYNTHETIC.value)
         if not all(0 <= s < 1 for s in shares):
             fail(f"--prompt_shares: each in [0, 1), got {shares}")
         prefix_update.run_synthetic(_SYNTHETIC.value, overrides, shares, _GROUPS.value,
@@ -256,7 +271,13 @@ def _prefix_update(output: str) -> None:
     for path in _SAVED_BATCHES.value:
         if not os.path.isfile(path):
             fail(f"--batch_files: no file {path}")
-    prefix_update.run(_SAVED_BATCHES.value, _REPEATS.value, output)
+    for path in _SAVED_BATCHES.value:
+        try:
+            config = prefix_update.load_batch(path).config
+        except ValueError as e:
+            fail(f"--batch_files: {e}")
+        check_overrides(config, path)
+    prefix_update.run(_SAVED_BATCHES.value, _REPEATS.value, output, overrides)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ CLI_JOBS = {
                 "--repeats=1"),  # and --policy: the one-block model (`cli`)
     "bad_yaml_options": ("trees", "--env_options={size: 4}"),
     "bad_list_options": ("trees", "--env_options=[4]"),
+    "bad_overrides": ("prefix_update", "--synthetic=configs/frozen_lake_grpo.py", "--overrides=[1]"),
+    "unknown_override": ("prefix_update", "--synthetic=configs/frozen_lake_grpo.py",
+                         '--overrides={"model.no_such_field": 1}'),
 }
 
 
@@ -199,9 +202,27 @@ def test_rollout_benchmark_reports_host_share(cli):
     assert 0 < row["host_share"] < 1 and 0 < row["device_share"] <= 1
 
 
-def test_malformed_env_options_fail_naming_the_flag(cli):
-    for name in ("bad_yaml_options", "bad_list_options"):
+def test_malformed_env_options_and_overrides_fail_naming_the_flag(cli):
+    for name, flag in [("bad_yaml_options", "--env_options"), ("bad_list_options", "--env_options"),
+                       ("bad_overrides", "--overrides"), ("unknown_override", "--overrides")]:
         proc, out = cli[name]
-        assert proc.returncode != 0 and "--env_options" in proc.stderr
+        assert proc.returncode != 0 and flag in proc.stderr
         assert "Traceback" not in proc.stderr
         assert not out.exists()
+    assert "model.no_such_field: unknown field" in cli["unknown_override"][0].stderr
+
+
+def test_prefix_update_overrides_set_dotted_fields_of_a_copy_and_refuse_unknown_ones():
+    from jaxtree.config import ConfigError
+    from launch.benchmarks.prefix_update import config_with
+
+    saved = {"model": {"name": "tiny"}, "train": {"seed": 1}}
+    changed = config_with(saved, {"model.cpu_library_fusions": False, "loss.kl_coef": 0.1,
+                                  "train.seed": 2})
+    assert changed == {"model": {"name": "tiny", "cpu_library_fusions": False},
+                       "train": {"seed": 2}, "loss": {"kl_coef": 0.1}}
+    assert saved == {"model": {"name": "tiny"}, "train": {"seed": 1}}  # the saved run's, unchanged
+    for overrides, field in [({"model.no_such_field": 1}, "model.no_such_field"),
+                             ({"train.seed": "x"}, "train.seed"), ({"nosection.x": 1}, "nosection")]:
+        with pytest.raises(ConfigError, match=field):
+            config_with(saved, overrides)

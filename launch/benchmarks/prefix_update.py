@@ -19,6 +19,10 @@ median seconds of each part both ways, their ratios against the fraction, peak R
 loaded model, and the largest difference of the reference log-probs and of the parameters
 after the update between the two layouts (the same computation, so float32 noise only).
 
+`--overrides` (a JSON object of dotted config fields -> values) changes the saved runs' configs
+before they load, e.g. `'{"model.cpu_library_fusions": false}'` to time the update's programs
+compiled without XLA:CPU's library fusions.
+
 The parameters are the run's starting model as `model.name` names it (its random init for a
 preset, the released weights for a named model): the time of a step does not depend on their
 values, only on the shapes the batch gives it.
@@ -30,6 +34,7 @@ fraction sweeps from ~1/n to 1 on one model and shape.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -41,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtree.compare.grid import import_file
-from jaxtree.experiment import Experiment, set_path
+from jaxtree.experiment import Experiment
 from jaxtree.train.batch_update import BatchUpdate, SavedBatch, load_batch
 from jaxtree.train.pipeline import build_updater
 from jaxtree.utils import print_table
@@ -59,9 +64,25 @@ def _memory_kib(field: str) -> int:
     return 0
 
 
-def measure(saved: SavedBatch, layout: str, repeats: int) -> dict:
-    """Times one layout in this process: compiles, then `repeats` timed calls of each part."""
-    exp = Experiment.from_config(saved.config)
+def config_with(config: dict, overrides: dict) -> dict:
+    """A copy of the nested `config` with each dotted field of `overrides` set ('model.lora.rank'
+    -> config['model']['lora']['rank']); raises ConfigError naming a field the result does not
+    have or a value it refuses (`Experiment.from_config`)."""
+    config = copy.deepcopy(config)
+    for path, value in overrides.items():
+        *sections, field = path.split(".")
+        node = config
+        for name in sections:
+            node = node.setdefault(name, {})
+        node[field] = value
+    Experiment.from_config(config)
+    return config
+
+
+def measure(saved: SavedBatch, layout: str, repeats: int, overrides: dict | None = None) -> dict:
+    """Times one layout in this process: compiles, then `repeats` timed calls of each part, with
+    the saved run's config changed by `overrides` (`config_with`)."""
+    exp = Experiment.from_config(config_with(saved.config, overrides or {}))
     policy = exp.model.load(training=True)
     updater = build_updater(exp, policy, exp.env.factory()().max_steps)
     update = BatchUpdate(updater, exp.train, policy.tokenizer.pad_id)
@@ -94,10 +115,10 @@ def measure(saved: SavedBatch, layout: str, repeats: int) -> dict:
             "env": exp.env.name}, ref, jax.device_get(final["params"])
 
 
-def _measure_in_subprocess(path: str, layout: str, repeats: int, scratch: str):
+def _measure_in_subprocess(path: str, layout: str, repeats: int, scratch: str, overrides: dict):
     out = os.path.join(scratch, layout)
     subprocess.run([sys.executable, "-m", "launch.benchmarks.prefix_update", path, layout,
-                    str(repeats), out], check=True)
+                    str(repeats), out, json.dumps(overrides)], check=True)
     with open(out + ".json") as f:
         result = json.load(f)
     with np.load(out + ".npz") as data:
@@ -105,12 +126,15 @@ def _measure_in_subprocess(path: str, layout: str, repeats: int, scratch: str):
     return result, arrays
 
 
-def run(paths, repeats: int, output: str) -> None:
+def run(paths, repeats: int, output: str, overrides: dict | None = None) -> None:
+    overrides = overrides or {}
     results, table = [], []
     for path in paths:
-        load_batch(path)  # a file that is not a saved batch fails here, before any model loads
+        # a file that is not a saved batch, or an override its config refuses, fails here,
+        # before any model loads
+        config_with(load_batch(path).config, overrides)
         with tempfile.TemporaryDirectory() as scratch:
-            measured = {layout: _measure_in_subprocess(path, layout, repeats, scratch)
+            measured = {layout: _measure_in_subprocess(path, layout, repeats, scratch, overrides)
                         for layout in LAYOUTS}
         (off, off_arrays), (on, on_arrays) = measured["off"], measured["on"]
         ref_diff = float(np.abs(off_arrays["reference"] - on_arrays["reference"]).max())
@@ -139,7 +163,7 @@ def run(paths, repeats: int, output: str) -> None:
                  "reference on s", "reference ratio", "peak off MiB", "peak on MiB",
                  "max ref diff", "max param diff"], table)
     write_json(output, {"benchmark": "prefix_update", "machine": machine_info(),
-                        "repeats": repeats, "results": results})
+                        "repeats": repeats, "overrides": overrides, "results": results})
 
 
 # ---------------------------------------------------------------------- break-even sweep
@@ -168,10 +192,8 @@ def run_synthetic(config_file: str, overrides: dict, shares, groups: int, group_
     """Both layouts on `synthetic_batch`es of each prompt share, in this process (timed in
     turn), with the experiment `config_file` plus `overrides` names (its model, loss, micro-batch
     size and memory trade-offs)."""
-    config = import_file(config_file, "_jaxtree_benchmark_config").get_config()
-    for key, value in overrides.items():
-        set_path(config, key, value)
-    exp = Experiment.from_config(config)
+    config = import_file(config_file, "_jaxtree_benchmark_config").get_config().to_dict()
+    exp = Experiment.from_config(config_with(config, overrides))
     policy = exp.model.load(training=True)
     updater = build_updater(exp, policy, exp.env.factory()().max_steps)
     update = BatchUpdate(updater, exp.train, policy.tokenizer.pad_id)
@@ -208,8 +230,8 @@ def run_synthetic(config_file: str, overrides: dict, shares, groups: int, group_
                         "group_size": group_size, "length": length, "results": results})
 
 
-def _probe(path: str, layout: str, repeats: int, out: str) -> None:
-    result, ref, params = measure(load_batch(path), layout, repeats)
+def _probe(path: str, layout: str, repeats: int, out: str, overrides: dict) -> None:
+    result, ref, params = measure(load_batch(path), layout, repeats, overrides)
     with open(out + ".json", "w") as f:
         json.dump(result, f)
     flat = {f"param/{jax.tree_util.keystr(k)}": np.asarray(v)
@@ -218,4 +240,5 @@ def _probe(path: str, layout: str, repeats: int, out: str) -> None:
 
 
 if __name__ == "__main__":  # one layout of one batch, in a process of its own (`run`)
-    _probe(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    _probe(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4],
+           json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})

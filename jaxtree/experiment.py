@@ -177,13 +177,14 @@ class Experiment:
 
 # ----------------------------------------------------------------------------- config files
 
-def set_path(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
-    """config.<path> = value for a dotted path ('loss.kl_coef'); subsections are created."""
+def set_path(config: ml_collections.ConfigDict | dict, path: str, value: Any) -> None:
+    """config.<path> = value for a dotted path ('loss.kl_coef') of a ConfigDict or a nested dict;
+    missing subsections are created, of their parent's type."""
     *sections, field = path.split(".")
     node = config
     for name in sections:
         if name not in node:
-            node[name] = ml_collections.ConfigDict()
+            node[name] = type(node)()
         node = node[name]
     node[field] = value
 

@@ -247,19 +247,16 @@ def _prefix_update(output: str) -> None:
     if not isinstance(overrides, dict):
         fail("--overrides: expected a JSON object of dotted fields -> values")
 
-    def check_overrides(config: dict, source: str) -> None:
-        try:
-            prefix_update.config_with(config, overrides)
-        except ConfigError as e:
-            fail(f"--overrides on {source}: {e}")
-
     if _SYNTHETIC.value:
         try:
             shares = [float(s) for s in _PROMPT_SHARES.value]
         except ValueError as e:
             fail(f"--prompt_shares: {e}")
-        check_overrides(import_file(_SYNTHETIC.value, "_jaxtree_benchmark_config").get_config()
-                        .to_dict(), _SYNTHETIC.value)
+        try:
+            prefix_update.config_with(import_file(_SYNTHETIC.value, "_jaxtree_benchmark_config")
+                                      .get_config().to_dict(), overrides)
+        except ConfigError as e:
+            fail(f"--overrides on {_SYNTHETIC.value}: {e}")
         if not all(0 <= s < 1 for s in shares):
             fail(f"--prompt_shares: each in [0, 1), got {shares}")
         prefix_update.run_synthetic(_SYNTHETIC.value, overrides, shares, _GROUPS.value,
@@ -271,12 +268,12 @@ def _prefix_update(output: str) -> None:
     for path in _SAVED_BATCHES.value:
         if not os.path.isfile(path):
             fail(f"--batch_files: no file {path}")
-    for path in _SAVED_BATCHES.value:
         try:
-            config = prefix_update.load_batch(path).config
+            prefix_update.check_batch(path, overrides)
+        except ConfigError as e:
+            fail(f"--overrides on {path}: {e}")
         except ValueError as e:
             fail(f"--batch_files: {e}")
-        check_overrides(config, path)
     prefix_update.run(_SAVED_BATCHES.value, _REPEATS.value, output, overrides)
 
 

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtree.compare.grid import import_file
-from jaxtree.experiment import Experiment
+from jaxtree.experiment import Experiment, set_path
 from jaxtree.train.batch_update import BatchUpdate, SavedBatch, load_batch
 from jaxtree.train.pipeline import build_updater
 from jaxtree.utils import print_table
@@ -70,13 +70,15 @@ def config_with(config: dict, overrides: dict) -> dict:
     have or a value it refuses (`Experiment.from_config`)."""
     config = copy.deepcopy(config)
     for path, value in overrides.items():
-        *sections, field = path.split(".")
-        node = config
-        for name in sections:
-            node = node.setdefault(name, {})
-        node[field] = value
+        set_path(config, path, value)
     Experiment.from_config(config)
     return config
+
+
+def check_batch(path: str, overrides: dict) -> None:
+    """Raises ValueError if `path` is not a saved batch, ConfigError (a ValueError) if its config
+    refuses `overrides`: cheap, before any model loads."""
+    config_with(load_batch(path).config, overrides)
 
 
 def measure(saved: SavedBatch, layout: str, repeats: int, overrides: dict | None = None) -> dict:
@@ -128,11 +130,10 @@ def _measure_in_subprocess(path: str, layout: str, repeats: int, scratch: str, o
 
 def run(paths, repeats: int, output: str, overrides: dict | None = None) -> None:
     overrides = overrides or {}
+    for path in paths:  # every file and override checked before the first model loads
+        check_batch(path, overrides)
     results, table = [], []
     for path in paths:
-        # a file that is not a saved batch, or an override its config refuses, fails here,
-        # before any model loads
-        config_with(load_batch(path).config, overrides)
         with tempfile.TemporaryDirectory() as scratch:
             measured = {layout: _measure_in_subprocess(path, layout, repeats, scratch, overrides)
                         for layout in LAYOUTS}

@@ -568,14 +568,19 @@ def test_aggregation_outputs_and_hand_checked_values(tmp_path):
     assert cells["best"]["ci"] == pytest.approx(0.6353102368, rel=1e-8)
     assert cells["delta"] == {"mean": pytest.approx(0.4), "ci": pytest.approx(0.0, abs=1e-12),
                               "n": 2}
+    # mean over steps: seed 0 (0.2 + 0.7 + 0.6) / 3 = 0.5, seed 1 (0.4 + 0.5 + 0.8) / 3 = 0.5667
+    assert a["seeds"]["0"]["metrics"]["eval/success_rate"]["mean"] == pytest.approx(0.5)
+    assert cells["mean"]["mean"] == pytest.approx((0.5 + 1.7 / 3) / 2)
     assert a["cells"]["eval/pass@1"]["final"]["mean"] == pytest.approx(0.35)
     assert [p["step"] for p in a["curves"]["eval/success_rate"]] == [0, 2, 4]
     assert a["curves"]["eval/success_rate"][1]["mean"] == pytest.approx(0.6)
 
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| variant | runs | eval/success_rate initial | eval/success_rate final | " \
-           "eval/success_rate best | eval/success_rate final − initial |" in table
-    assert "| a | 2 | 0.300 ± 1.271 | 0.700 ± 1.271 | 0.750 ± 0.635 | 0.400 ± 0.000 |" in table
+           "eval/success_rate best | eval/success_rate final − initial | " \
+           "eval/success_rate mean over steps |" in table
+    assert "| a | 2 | 0.300 ± 1.271 | 0.700 ± 1.271 | 0.750 ± 0.635 | 0.400 ± 0.000 | " \
+           "0.533 ± 0.424 |" in table
     assert "| a | 2 | 0.300 ± 1.271 |" in out                 # printed too
     for name in ("curves_eval_success_rate.png", "curves_eval_pass_1.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -23,7 +23,10 @@ scorer. Tree-Random expands 2 branches drawn at random and prunes by the repeat 
 Held-out: 12 lakes x 4 samples (success and pass@4) at steps 0, 5 and 10. Tree statistics: the
 patr/* metrics (scoring points, expansions, prunes), the trajectories per lake
 (rollout/episodes over the lakes) and the distinct final actions per lake
-(rollout/distinct_answers).
+(rollout/distinct_answers), read as the aggregate's "mean over steps" (per step: 2 lakes), with
+the share of training trajectories that reached the goal (rollout/success_rate), of groups
+with a success (rollout/pass@group), of the update's tokens the prefix forest computes
+(update/unique_token_fraction) and the policy's entropy on the training tokens.
 
 A fourth variant, `grpo_lora_r16`, is GRPO on rank-16 adapters (every projection) over the same
 warm start at LoRA's learning rate (1e-5, 10x the full model's: configs/grids/
@@ -77,5 +80,7 @@ def get_grid():
         "seeds": (0, 1, 2),
         "metrics": ("eval/success_rate", "eval/pass@4", "eval/mean_turns",
                     "rollout/episodes", "rollout/distinct_answers", "patr/scoring_points",
-                    "patr/expanded", "patr/pruned_score", "patr/pruned_repeat", "time/step"),
+                    "patr/expanded", "patr/refused", "patr/pruned_score", "patr/pruned_repeat",
+                    "rollout/success_rate", "rollout/pass@group", "update/unique_token_fraction",
+                    "train/entropy", "time/step"),
     }

@@ -1,4 +1,5 @@
-"""Aggregating finished runs: per run the initial, final and best evaluation, per variant the
+"""Aggregating finished runs: per run the initial, final and best evaluation and the mean of every
+value logged, per variant the
 mean ± 95% confidence interval over seeds, and with a grid's `reach` the steps each variant needs
 to reach a reference variant's peak; written as results.md, results.json and
 curves_<metric>.png."""
@@ -19,9 +20,9 @@ from jaxtree.train.metrics import METRICS_FILE, read_metrics
 from jaxtree.train.plots import series
 
 CONFIDENCE = 0.95
-STATS = ("initial", "final", "best", "delta")
+STATS = ("initial", "final", "best", "delta", "mean")
 STAT_LABELS = {"initial": "initial", "final": "final", "best": "best",
-               "delta": "final − initial"}
+               "delta": "final − initial", "mean": "mean over steps"}
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -70,7 +71,9 @@ def read_series(workdir: str, metric: str) -> list[tuple[int, float]]:
 
 
 def series_stats(curve: Sequence[tuple[int, float]], lower_is_better: bool = False) -> dict | None:
-    """initial (the step-0 evaluation, else the first), final (the last), best, final − initial."""
+    """initial (the step-0 evaluation, else the first), final (the last), best, final − initial,
+    and the mean of every logged value (a training metric's mean over the run's steps: what a
+    rollout statistic such as a tree's expansions per step is read as)."""
     if not curve:
         return None
     initial = next(((s, v) for s, v in curve if s == 0), curve[0])
@@ -78,7 +81,7 @@ def series_stats(curve: Sequence[tuple[int, float]], lower_is_better: bool = Fal
     best = (min if lower_is_better else max)(curve, key=lambda sv: sv[1])
     return {"initial": initial[1], "initial_step": initial[0], "final": final[1],
             "final_step": final[0], "best": best[1], "best_step": best[0],
-            "delta": final[1] - initial[1]}
+            "delta": final[1] - initial[1], "mean": math.fsum(v for _, v in curve) / len(curve)}
 
 
 def aggregation_seeds(grid: Grid, out: str, variant: str, extra: Sequence[int] = ()) -> list[int]:
@@ -217,7 +220,8 @@ def format_interval(cell: Mapping, runs: int) -> str:
 
 
 def markdown_table(results: Mapping) -> str:
-    """variant | runs | per metric: initial, final, best, final − initial (mean ± 95% CI)."""
+    """variant | runs | per metric: initial, final, best, final − initial, mean over steps
+    (mean ± 95% CI)."""
     header = ["variant", "runs"] + [f"{m} {STAT_LABELS[s]}" for m in results["metrics"]
                                     for s in STATS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -250,7 +254,8 @@ def results_markdown(results: Mapping) -> str:
              f"Config `{results['config']}`; seeds vary `{results['seed_field']}`. Cells: mean ± "
              f"half-width of the {int(results['confidence'] * 100)}% confidence interval over "
              f"seeds (Student t, n − 1 degrees of freedom; n=1: no interval). initial: the step-0 "
-             f"evaluation, final: the last one, best: the best one of each run.", "",
+             f"evaluation, final: the last one, best: the best one of each run, mean over steps: the "
+             f"mean of every value a run logged (a training metric's, over its steps).", "",
              markdown_table(results), ""]
     reach = results.get("reach")
     if reach:

@@ -1,8 +1,7 @@
 """Aggregating finished runs: per run the initial, final and best evaluation and the mean of every
-value logged, per variant the
-mean ± 95% confidence interval over seeds, and with a grid's `reach` the steps each variant needs
-to reach a reference variant's peak; written as results.md, results.json and
-curves_<metric>.png."""
+value logged, per variant the mean ± 95% confidence interval over seeds, and with a grid's `reach`
+the steps each variant needs to reach a reference variant's peak; written as results.md,
+results.json and curves_<metric>.png."""
 
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ def _train_lora(train, output: str) -> None:
         fail(f"--train_rows={_TRAIN_ROWS.value} is not a multiple of --micro_batches={micro}")
     train.run_lora(list(_MODELS.value), list(_SHAPES.value), ranks, _on_off(_KL),
                    _on_off(_ACTION_LOGITS), _TRAIN_ROWS.value, micro, mode, _REPEATS.value,
-                   output, isolate=_ISOLATE.value)
+                   output, isolate=_ISOLATE.value, with_flops=_FLOPS.value)
 
 
 def _prefix_update(output: str) -> None:

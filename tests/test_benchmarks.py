@@ -145,6 +145,8 @@ def test_train_benchmark_compares_lora_ranks_kl_and_action_only_logits(tmp_path,
     assert [(r["action_logits"], r["lora_rank"]) for r in results] == [(True, 0), (True, 4)]
     full, lora = results
     assert lora["trainable_params"] < full["trainable_params"] == full["params"]
+    # the frozen base has no weight gradient and no AdamW update: fewer FLOPs in the step
+    assert 0 < lora["update_flops"] < full["update_flops"]
     assert all(r["update_seconds"] > 0 and r["reference_seconds"] > 0 and r["temp_bytes"] > 0
                and r["peak_rss_bytes"] > 0 for r in results)
     # a 10-token prompt, then 2 turns of 6 observation and 4 action tokens
@@ -164,7 +166,7 @@ def test_a_lora_case_that_dies_is_a_row_of_its_own_and_the_others_still_run(tmp_
             raise train.CaseFailed(how, f"benchmark case {kwargs} failed ({how}): ")
         return {**kwargs, "trainable_params": 10, "update_seconds": 1.0,
                 "reference_seconds": 0.5, "step_seconds": 1.5, "tokens_per_s": 100.0,
-                "temp_bytes": 2**20, "peak_rss_bytes": 2**30}
+                "temp_bytes": 2**20, "peak_rss_bytes": 2**30, "update_flops": 1e9}
 
     monkeypatch.setattr(train, "_isolated_case", isolated)
     train.run_lora(["m"], ["toy"], [0, 4], [True], [True], rows=4, micro=2, memory_mode="none",

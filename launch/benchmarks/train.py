@@ -236,11 +236,29 @@ def shaped_batch(config, rows: int, shape: str, seed: int = 0) -> losses.Minibat
     return losses.minibatch(tokens, mask, old, advantages, old, LossConfig(), 0.0)
 
 
+def _lora_step_flops(config, params, batch, rank: int, kl: bool, action_only: bool) -> float:
+    """XLA's FLOP count of one update step (forward, backward, AdamW) of the whole minibatch in
+    one micro-batch without remat (XLA counts a loop body once, so neither the micro-batch scan
+    nor remat's scan over the blocks may hide work): what the step must compute, the floor
+    under its time whatever the machine."""
+    from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
+
+    updater = Updater(config, make_optimizer(make_schedule(1e-4)),
+                      LossConfig(kl_coef=0.01 if kl else 0.0), batch.tokens.shape[0], make_mesh(),
+                      params, TrainingMemory(action_only=action_only),
+                      lora=LoraConfig(rank=rank) if rank else None)
+    state = jax.eval_shape(updater.init_state, params)
+    placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                          updater.loss_input(batch))
+    return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
+
+
 def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
-              action_only: bool, memory_mode: str, repeats: int) -> dict:
+              action_only: bool, memory_mode: str, repeats: int, flops: bool = True) -> dict:
     """One configuration of `run_lora` in this process: the update step (fused, AdamW) of
     full fine-tuning (rank 0) or LoRA adapters of `rank` on every projection, with the KL term
-    and its reference forward (the base, or a copy of the whole model) or without either."""
+    and its reference forward (the base, or a copy of the whole model) or without either; with
+    `flops`, also the step's FLOP count (`_lora_step_flops`, NaN without)."""
     import resource  # noqa: PLC0415
 
     from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
@@ -258,6 +276,8 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
     placed = distributed.put(updater.loss_input(batch), updater.batch_sharding)
     temp = int(updater._step.lower(state[0], placed).compile().memory_analysis()
                .temp_size_in_bytes)
+    step_flops = (_lora_step_flops(config, params, batch, rank, kl, action_only) if flops
+                  else float("nan"))
 
     def step():
         state[0], metrics = updater._step(state[0], placed)
@@ -279,6 +299,7 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
             "params": models.num_params(params), "update_seconds": update,
             "reference_seconds": reference_s, "step_seconds": update + reference_s,
             "tokens_per_s": tokens / (update + reference_s), "temp_bytes": temp,
+            "update_flops": step_flops,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "times": {k: v[1] for k, v in timed.items()}}
 
@@ -311,13 +332,17 @@ def _isolated_case(kwargs: dict) -> dict:
 
 
 def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: int,
-             memory_mode: str, repeats: int, output: str, isolate: bool = True) -> None:
+             memory_mode: str, repeats: int, output: str, isolate: bool = True,
+             with_flops: bool = True) -> None:
     """Full fine-tuning (rank 0) against LoRA ranks, with and without the KL term (and its
     reference forward), with the vocabulary projection at every position or at the action
     tokens only, on chat-shaped batches (SHAPES): update-step time, the reference forward's,
     tokens/s, XLA's temporaries of the step and the peak RSS (each case in a process of its own
-    with `isolate`; else the peak so far of this process). Ratios are against full fine-tuning
-    with every position's logits of the same shape and KL setting."""
+    with `isolate`; else the peak so far of this process), and with `with_flops` the update
+    step's FLOP count without remat (`_lora_step_flops`): its ratio is the time ratio a machine
+    that ran every FLOP at one rate would reach. Ratios are against the first case of the same
+    shape and KL setting (full fine-tuning with every position's logits, as the flags order
+    them by default)."""
     results, table = [], []
     for name in model_names:
         for shape in shapes:
@@ -327,14 +352,14 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
                     for rank in ranks:
                         kwargs = dict(name=name, shape=shape, rows=rows, micro=micro, rank=rank,
                                       kl=kl, action_only=action_only, memory_mode=memory_mode,
-                                      repeats=repeats)
+                                      repeats=repeats, flops=with_flops)
                         try:
                             r = _isolated_case(kwargs) if isolate else lora_case(**kwargs)
                         except CaseFailed as failure:  # e.g. out of memory: the others still run
                             results.append({**kwargs, "failed": str(failure)})
                             table.append([name, shape, "on" if kl else "off",
                                           "on" if action_only else "off", rank or "full",
-                                          f"failed: {failure.how}", *[""] * 7])
+                                          f"failed: {failure.how}", *[""] * 10])
                             print(f"  {name} {shape} kl={kl} action_only={action_only} "
                                   f"rank={rank}: {failure.how}", flush=True)
                             continue
@@ -346,6 +371,9 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
                             f"{r['trainable_params']:,}", f"{r['update_seconds']:.2f}",
                             f"{r['reference_seconds']:.2f}",
                             f"{r['step_seconds'] / base['step_seconds']:.2f}",
+                            f"{r['update_seconds'] / base['update_seconds']:.2f}",
+                            f"{r['update_flops'] / 1e9:,.1f}",
+                            f"{r['update_flops'] / base['update_flops']:.2f}",
                             f"{r['tokens_per_s']:,.0f}", f"{r['temp_bytes'] / 2**20:,.0f}",
                             f"{r['peak_rss_bytes'] / 2**20:,.0f}",
                             f"{r['peak_rss_bytes'] / base['peak_rss_bytes']:.2f}"])
@@ -355,7 +383,9 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
           f"memory mode {memory_mode}, median of {repeats}; ratios against the first case of "
           "each shape and KL setting" + ("" if isolate else " (RSS: this process's peak so far)"))
     print_table(["model", "shape", "KL + ref", "action logits", "LoRA rank", "trainable",
-                 "update s", "reference s", "time ratio", "tokens/s", "temp MiB",
+                 "update s", "reference s", "time ratio", "update ratio", "update GFLOP",
+                 "FLOP ratio",
+                 "tokens/s", "temp MiB",
                  "peak RSS MiB", "RSS ratio"], table)
     write_json(output, {"benchmark": "train_lora", "machine": machine_info(),
                         "results": results})

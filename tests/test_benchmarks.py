@@ -135,10 +135,11 @@ def test_train_benchmark_compares_memory_modes(tmp_path, capsys, one_layer):
 
 def test_train_benchmark_compares_lora_ranks_kl_and_action_only_logits(tmp_path, capsys,
                                                                         one_layer):
-    from launch.benchmarks import train
     """Full fine-tuning against rank 4, the KL term and its reference forward on, action-only
-    logits (one configuration per axis value: compiling each costs seconds)."""
-    train.run_lora([one_layer], ["toy"], [0, 4], [True], [True], rows=4, micro=2,
+    logits (one configuration per axis value: compiling each costs seconds); the minibatch in one
+    micro-batch without remat, so the FLOPs are counted on the timed program itself."""
+    from launch.benchmarks import train
+    train.run_lora([one_layer], ["toy"], [0, 4], [True], [True], rows=4, micro=4,
                    memory_mode="none", repeats=1, output=str(tmp_path / "lora.json"),
                    isolate=False)
     results = json.loads((tmp_path / "lora.json").read_text())["results"]

@@ -274,10 +274,14 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
     state = [updater.init_state(params)]
     trainable = models.num_params(state[0].params)
     placed = distributed.put(updater.loss_input(batch), updater.batch_sharding)
-    temp = int(updater._step.lower(state[0], placed).compile().memory_analysis()
-               .temp_size_in_bytes)
-    step_flops = (_lora_step_flops(config, params, batch, rank, kl, action_only) if flops
-                  else float("nan"))
+    compiled = updater._step.lower(state[0], placed).compile()
+    temp = int(compiled.memory_analysis().temp_size_in_bytes)
+    if not flops:
+        step_flops = float("nan")
+    elif micro == rows and memory == TrainingMemory(action_only=action_only):
+        step_flops = float(compiled.cost_analysis()["flops"])  # already the counted program
+    else:
+        step_flops = _lora_step_flops(config, params, batch, rank, kl, action_only)
 
     def step():
         state[0], metrics = updater._step(state[0], placed)

@@ -194,6 +194,10 @@ def test_environment_benchmark_writes_its_table_and_json(cli):
         assert row["turns_per_s"] > 0
         # only mini-SWE runs code in subprocesses (its oracle's run_tests and submit)
         assert (0 < row["subprocess_share"] < 1) == (row["environment"] == "mini_swe")
+        # the oracle's run_tests turns use the sandbox: subprocesses of some milliseconds
+        assert (row["sandbox_turns"] > 0) == (row["environment"] == "mini_swe")
+        assert row["sandbox_turns"] == 0 or 1 < row["sandbox_turn_ms"] < 5000
+        assert (row["sandbox_ms_per_episode"] > 0) == (row["environment"] == "mini_swe")
 
 
 @pytest.mark.slow

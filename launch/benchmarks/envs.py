@@ -8,7 +8,12 @@ visited states (oracle and verifier caches start cold at every reset, as in trai
 Oracle play's throughput: environment steps per second over all timed steps (means, not
 medians: mini-SWE's test runs are a minority of its steps but most of its time) and the share of
 that time spent in the environment's subprocesses (`info["subprocess_seconds"]`: mini-SWE's
-sandboxed test runs; 0 for the others).
+sandboxed test runs; 0 for the others), the median sandbox time of the turns that used it
+(`sandbox ms / turn`: start to reap, writing the files and reading the results included, as the
+environment sees it; a mini-SWE `run_tests` that passes makes two runs, the visible tests and
+the host's verdict on the hidden cases, which the later `submit` then finds cached; "-" for
+environments without subprocesses) and the sum per episode (`sandbox ms / episode`: a run that an
+earlier episode of the same task made with the same files is cached and costs nothing).
 
 Labels: what recording a turn's labels adds to its host time, `labels` microseconds per turn for
 the six labels every turn recorded before labels were declared (`rollout.LABEL_SETS["every"]`:
@@ -60,6 +65,7 @@ def measure(name: str, options: dict, episodes: int) -> dict:
                                      ("reset", "step", "clone", "deepcopy", "verify", "oracle",
                                       "process_score", "labels")}
     subprocess_seconds = 0.0
+    sandbox_turns: list[float] = []  # seconds in the sandbox of each turn that used it
     labeler = TurnLabeler(LABEL_SETS["every"], signature_function("env"))
     env = environments.make(name, **options)
     for seed in range(episodes):
@@ -78,11 +84,18 @@ def measure(name: str, options: dict, episodes: int) -> dict:
             times["step"].append(t)
             times["labels"].append(before + _timed(
                 lambda: labeler.after_step(env, action, info, ()))[0])
-            subprocess_seconds += float(info.get("subprocess_seconds") or 0.0)
+            seconds = float(info.get("subprocess_seconds") or 0.0)
+            subprocess_seconds += seconds
+            if seconds > 0:
+                sandbox_turns.append(seconds)
     medians = {k: statistics.median(v) for k, v in times.items()}
     step_seconds = sum(times["step"]) / 1e6
     medians["turns_per_s"] = len(times["step"]) / step_seconds
     medians["subprocess_share"] = subprocess_seconds / step_seconds
+    medians["sandbox_turn_ms"] = (1e3 * statistics.median(sandbox_turns) if sandbox_turns
+                                  else float("nan"))
+    medians["sandbox_turns"] = len(sandbox_turns)
+    medians["sandbox_ms_per_episode"] = 1e3 * sum(sandbox_turns) / episodes
     medians["labels_share"] = sum(times["labels"]) / (sum(times["labels"]) + sum(times["step"]))
     medians["deepcopy_over_clone"] = medians["deepcopy"] / medians["clone"]
     medians["states"] = len(times["step"])
@@ -116,13 +129,16 @@ def run(episodes: int, policy_seeds: int, output: str) -> None:
                      f"{m['deepcopy_over_clone']:.1f}x", m["verify"], m["oracle"],
                      m["process_score"], m["labels"], f"{m['labels_share']:.1%}",
                      m["turns_per_s"], f"{m['subprocess_share']:.0%}",
+                     f"{m['sandbox_turn_ms']:.1f}" if m["sandbox_turns"] else "-",
+                     f"{m['sandbox_ms_per_episode']:.1f}" if m["sandbox_turns"] else "-",
                      f"{m['oracle_success']:.1%}", f"{m['random_success']:.1%}"])
         print(f"  {label}: done", flush=True)
     print(f"\nenvironments: median microseconds per call over the states of {episodes} "
           f"oracle-played episodes each; success rates over seeds 0-{policy_seeds - 1}")
     table = print_table(["environment", "states", "reset", "step", "clone", "deepcopy",
                          "deepcopy/clone", "verify", "oracle", "process_score", "labels",
-                         "labels share", "oracle turns/s", "in subprocesses", "oracle success",
+                         "labels share", "oracle turns/s", "in subprocesses",
+                         "sandbox ms / turn", "sandbox ms / episode", "oracle success",
                          "random success"], rows)
     write_json(output, {"benchmark": "envs", "episodes": episodes, "policy_seeds": policy_seeds,
                         "results": results, "table": table})

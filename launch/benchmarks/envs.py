@@ -64,8 +64,7 @@ def measure(name: str, options: dict, episodes: int) -> dict:
     times: dict[str, list[float]] = {k: [] for k in
                                      ("reset", "step", "clone", "deepcopy", "verify", "oracle",
                                       "process_score", "labels")}
-    subprocess_seconds = 0.0
-    sandbox_turns: list[float] = []  # seconds in the sandbox of each turn that used it
+    sandbox_turns: list[float] = []  # seconds in subprocesses of each turn that used them
     labeler = TurnLabeler(LABEL_SETS["every"], signature_function("env"))
     env = environments.make(name, **options)
     for seed in range(episodes):
@@ -85,13 +84,12 @@ def measure(name: str, options: dict, episodes: int) -> dict:
             times["labels"].append(before + _timed(
                 lambda: labeler.after_step(env, action, info, ()))[0])
             seconds = float(info.get("subprocess_seconds") or 0.0)
-            subprocess_seconds += seconds
             if seconds > 0:
                 sandbox_turns.append(seconds)
     medians = {k: statistics.median(v) for k, v in times.items()}
     step_seconds = sum(times["step"]) / 1e6
     medians["turns_per_s"] = len(times["step"]) / step_seconds
-    medians["subprocess_share"] = subprocess_seconds / step_seconds
+    medians["subprocess_share"] = sum(sandbox_turns) / step_seconds
     medians["sandbox_turn_ms"] = (1e3 * statistics.median(sandbox_turns) if sandbox_turns
                                   else float("nan"))
     medians["sandbox_turns"] = len(sandbox_turns)

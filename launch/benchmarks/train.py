@@ -65,17 +65,33 @@ def parse_memory_mode(mode: str) -> TrainingMemory:
     return TrainingMemory(remat=remat, remat_policy=policy, logits_chunk=chunk)
 
 
-def _updater(config, params, micro: int, memory: TrainingMemory) -> Updater:
-    return Updater(config, make_optimizer(make_schedule(1e-4)), LossConfig(kl_coef=0.01), micro,
-                   make_mesh(), params, memory)
+def _updater(config, params, micro: int, memory: TrainingMemory, kl: bool = True,
+             lora_rank: int = 0) -> Updater:
+    """The benchmarks' update step: AdamW, GRPO's loss with the KL term (`kl`), micro-batches of
+    `micro` rows, full fine-tuning or LoRA adapters of `lora_rank` on every projection."""
+    from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
+
+    return Updater(config, make_optimizer(make_schedule(1e-4)),
+                   LossConfig(kl_coef=0.01 if kl else 0.0), micro, make_mesh(), params, memory,
+                   lora=LoraConfig(rank=lora_rank) if lora_rank else None)
 
 
-def _step_flops(config, params, batch, rows: int) -> float:
-    updater = _updater(config, params, rows, TrainingMemory())
+def _flops(updater: Updater, params, batch) -> float:
+    """XLA's FLOP count of `updater`'s step on `batch` (compiled from shapes, not run)."""
     state = jax.eval_shape(updater.init_state, params)
     placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
                           updater.loss_input(batch))
     return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
+
+
+def _step_flops(config, params, batch, rows: int, kl: bool = True, lora_rank: int = 0,
+                action_only: bool = True) -> float:
+    """The FLOPs of one update step (forward, backward, AdamW) of the whole minibatch in one
+    micro-batch without remat or chunking (XLA counts a loop body once, so neither the
+    micro-batch scan nor remat's scan over the blocks may hide work): what the step must
+    compute, the floor under its time whatever the machine."""
+    return _flops(_updater(config, params, rows, TrainingMemory(action_only=action_only), kl,
+                           lora_rank), params, batch)
 
 
 def run(model_names, rows: int, seq_len: int, micro_batches, repeats: int, output: str,
@@ -236,41 +252,21 @@ def shaped_batch(config, rows: int, shape: str, seed: int = 0) -> losses.Minibat
     return losses.minibatch(tokens, mask, old, advantages, old, LossConfig(), 0.0)
 
 
-def _lora_step_flops(config, params, batch, rank: int, kl: bool, action_only: bool) -> float:
-    """XLA's FLOP count of one update step (forward, backward, AdamW) of the whole minibatch in
-    one micro-batch without remat (XLA counts a loop body once, so neither the micro-batch scan
-    nor remat's scan over the blocks may hide work): what the step must compute, the floor
-    under its time whatever the machine."""
-    from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
-
-    updater = Updater(config, make_optimizer(make_schedule(1e-4)),
-                      LossConfig(kl_coef=0.01 if kl else 0.0), batch.tokens.shape[0], make_mesh(),
-                      params, TrainingMemory(action_only=action_only),
-                      lora=LoraConfig(rank=rank) if rank else None)
-    state = jax.eval_shape(updater.init_state, params)
-    placed = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
-                          updater.loss_input(batch))
-    return float(updater._step.lower(state, placed).compile().cost_analysis()["flops"])
-
-
 def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
               action_only: bool, memory_mode: str, repeats: int, flops: bool = True) -> dict:
     """One configuration of `run_lora` in this process: the update step (fused, AdamW) of
     full fine-tuning (rank 0) or LoRA adapters of `rank` on every projection, with the KL term
     and its reference forward (the base, or a copy of the whole model) or without either; with
-    `flops`, also the step's FLOP count (`_lora_step_flops`, NaN without)."""
+    `flops`, also the step's FLOP count (`_step_flops`, NaN without)."""
     import resource  # noqa: PLC0415
 
-    from jaxtree.models.lora import LoraConfig  # noqa: PLC0415
     from jaxtree.parallel import distributed  # noqa: PLC0415
 
     policy = load_policy(name, param_dtype="float32")
     config, params = policy.config, policy.params
     batch = shaped_batch(config, rows, shape)
     memory = dataclasses.replace(parse_memory_mode(memory_mode), action_only=action_only)
-    updater = Updater(config, make_optimizer(make_schedule(1e-4)),
-                      LossConfig(kl_coef=0.01 if kl else 0.0), micro, make_mesh(), params, memory,
-                      lora=LoraConfig(rank=rank) if rank else None)
+    updater = _updater(config, params, micro, memory, kl, rank)
     state = [updater.init_state(params)]
     trainable = models.num_params(state[0].params)
     placed = distributed.put(updater.loss_input(batch), updater.batch_sharding)
@@ -281,7 +277,7 @@ def lora_case(name: str, shape: str, rows: int, micro: int, rank: int, kl: bool,
     elif micro == rows and memory == TrainingMemory(action_only=action_only):
         step_flops = float(compiled.cost_analysis()["flops"])  # already the counted program
     else:
-        step_flops = _lora_step_flops(config, params, batch, rank, kl, action_only)
+        step_flops = _step_flops(config, params, batch, rows, kl, rank, action_only)
 
     def step():
         state[0], metrics = updater._step(state[0], placed)
@@ -343,7 +339,7 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
     tokens only, on chat-shaped batches (SHAPES): update-step time, the reference forward's,
     tokens/s, XLA's temporaries of the step and the peak RSS (each case in a process of its own
     with `isolate`; else the peak so far of this process), and with `with_flops` the update
-    step's FLOP count without remat (`_lora_step_flops`): its ratio is the time ratio a machine
+    step's FLOP count without remat (`_step_flops`): its ratio is the time ratio a machine
     that ran every FLOP at one rate would reach. Ratios are against the first case of the same
     shape and KL setting (full fine-tuning with every position's logits, as the flags order
     them by default)."""
@@ -388,8 +384,6 @@ def run_lora(model_names, shapes, ranks, kls, action_modes, rows: int, micro: in
           "each shape and KL setting" + ("" if isolate else " (RSS: this process's peak so far)"))
     print_table(["model", "shape", "KL + ref", "action logits", "LoRA rank", "trainable",
                  "update s", "reference s", "time ratio", "update ratio", "update GFLOP",
-                 "FLOP ratio",
-                 "tokens/s", "temp MiB",
-                 "peak RSS MiB", "RSS ratio"], table)
+                 "FLOP ratio", "tokens/s", "temp MiB", "peak RSS MiB", "RSS ratio"], table)
     write_json(output, {"benchmark": "train_lora", "machine": machine_info(),
                         "results": results})
